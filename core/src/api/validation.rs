@@ -1,0 +1,276 @@
+//! Parsing and validation of NodePool and NodeClaim manifests, with errors that name the field.
+
+use std::fmt;
+
+use k8s_openapi::api::core::v1::Taint;
+use serde::de::DeserializeOwned;
+
+use super::labels;
+use super::nodeclaim::NodeClaim;
+use super::nodepool::{BudgetNodes, NodePool, parse_schedule};
+use super::requirements::{NodeSelectorRequirement, Operator};
+use crate::resources::Resources;
+
+/// A manifest that cannot be accepted, naming the object and the field.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub struct ValidationError {
+    /// `Kind/name`, or `Kind` when the name is unknown.
+    pub object: String,
+    /// The path of the offending field, e.g. `spec.disruption.budgets[0].nodes`.
+    pub field: String,
+    /// What is wrong with it.
+    pub message: String,
+}
+
+impl fmt::Display for ValidationError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.field.is_empty() {
+            write!(f, "{}: {}", self.object, self.message)
+        } else {
+            write!(f, "{}: {}: {}", self.object, self.field, self.message)
+        }
+    }
+}
+
+impl ValidationError {
+    fn new(object: &str, field: impl Into<String>, message: impl Into<String>) -> Self {
+        Self { object: object.to_owned(), field: field.into(), message: message.into() }
+    }
+}
+
+fn object_name(kind: &str, value: &serde_json::Value) -> String {
+    match value.pointer("/metadata/name").and_then(|v| v.as_str()) {
+        Some(name) => format!("{kind}/{name}"),
+        None => kind.to_owned(),
+    }
+}
+
+/// Deserializes a Kubernetes object of `kind` from a JSON value, naming the field on error.
+pub(crate) fn from_value<T: DeserializeOwned>(kind: &str, value: &serde_json::Value) -> Result<T, ValidationError> {
+    serde_path_to_error::deserialize(value).map_err(|e| {
+        let field = e.path().to_string();
+        ValidationError::new(&object_name(kind, value), if field == "." { String::new() } else { field }, e.into_inner().to_string())
+    })
+}
+
+fn parse_document(kind: &str, text: &str) -> Result<serde_json::Value, ValidationError> {
+    let value: serde_json::Value =
+        serde_yaml_ng::from_str(text).map_err(|e| ValidationError::new(kind, "", format!("not a YAML document: {e}")))?;
+    let object = object_name(kind, &value);
+    let api_version = value.get("apiVersion").and_then(|v| v.as_str()).unwrap_or_default();
+    if api_version != "karpenter.sh/v1" {
+        return Err(ValidationError::new(&object, "apiVersion", format!("expected \"karpenter.sh/v1\", got {api_version:?}")));
+    }
+    let got_kind = value.get("kind").and_then(|v| v.as_str()).unwrap_or_default();
+    if got_kind != kind {
+        return Err(ValidationError::new(&object, "kind", format!("expected {kind:?}, got {got_kind:?}")));
+    }
+    Ok(value)
+}
+
+/// Parses and validates one NodePool manifest (YAML or JSON).
+pub fn parse_node_pool(text: &str) -> Result<NodePool, ValidationError> {
+    let value = parse_document("NodePool", text)?;
+    let pool: NodePool = from_value("NodePool", &value)?;
+    pool.validate()?;
+    Ok(pool)
+}
+
+/// Parses and validates one NodeClaim manifest (YAML or JSON).
+pub fn parse_node_claim(text: &str) -> Result<NodeClaim, ValidationError> {
+    let value = parse_document("NodeClaim", text)?;
+    let claim: NodeClaim = from_value("NodeClaim", &value)?;
+    claim.validate()?;
+    Ok(claim)
+}
+
+/// Whether `key` is a valid qualified label key (`[prefix/]name`).
+pub(crate) fn is_qualified_name(key: &str) -> bool {
+    let (prefix, name) = match key.rsplit_once('/') {
+        Some((p, n)) => (Some(p), n),
+        None => (None, key),
+    };
+    let name_ok = !name.is_empty() && name.len() <= 63 && is_label_value(name);
+    let prefix_ok = prefix.is_none_or(|p| {
+        !p.is_empty()
+            && p.len() <= 253
+            && p.split('.').all(|part| {
+                !part.is_empty()
+                    && part.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                    && !part.starts_with('-')
+                    && !part.ends_with('-')
+            })
+    });
+    name_ok && prefix_ok
+}
+
+/// Whether `v` is a valid label value (empty, or up to 63 alphanumerics, `-`, `_`, `.`, alphanumeric at both ends).
+pub(crate) fn is_label_value(v: &str) -> bool {
+    v.is_empty()
+        || (v.len() <= 63
+            && v.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+            && v.as_bytes().first().is_some_and(u8::is_ascii_alphanumeric)
+            && v.as_bytes().last().is_some_and(u8::is_ascii_alphanumeric))
+}
+
+fn validate_requirements(object: &str, path: &str, reqs: &[NodeSelectorRequirement]) -> Result<(), ValidationError> {
+    for (i, r) in reqs.iter().enumerate() {
+        let field = format!("{path}[{i}]");
+        if !is_qualified_name(&r.key) {
+            return Err(ValidationError::new(object, format!("{field}.key"), format!("invalid label key {:?}", r.key)));
+        }
+        if labels::normalize(&r.key) == labels::HOSTNAME {
+            return Err(ValidationError::new(object, format!("{field}.key"), format!("label {:?} is restricted", r.key)));
+        }
+        match r.operator {
+            Operator::In | Operator::NotIn if r.values.is_empty() => {
+                return Err(ValidationError::new(object, format!("{field}.values"), format!("operator {:?} needs at least one value", r.operator)));
+            }
+            Operator::Exists | Operator::DoesNotExist if !r.values.is_empty() => {
+                return Err(ValidationError::new(object, format!("{field}.values"), format!("operator {:?} takes no values", r.operator)));
+            }
+            Operator::Gt | Operator::Lt | Operator::Gte | Operator::Lte => {
+                if r.values.len() != 1 || r.values[0].parse::<i64>().is_err() {
+                    return Err(ValidationError::new(object, format!("{field}.values"), format!("operator {:?} needs exactly one integer value", r.operator)));
+                }
+            }
+            _ => {}
+        }
+        if let Some(v) = r.values.iter().find(|v| !is_label_value(v)) {
+            return Err(ValidationError::new(object, format!("{field}.values"), format!("invalid label value {v:?}")));
+        }
+        if let Some(min) = r.min_values {
+            if !(1..=50).contains(&min) {
+                return Err(ValidationError::new(object, format!("{field}.minValues"), format!("must be between 1 and 50, got {min}")));
+            }
+            if r.operator == Operator::In && min as usize > r.values.len() {
+                return Err(ValidationError::new(
+                    object,
+                    format!("{field}.minValues"),
+                    format!("minValues {min} is larger than the {} value(s) given for {:?}", r.values.len(), r.key),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn validate_taints(object: &str, path: &str, taints: &[Taint]) -> Result<(), ValidationError> {
+    for (i, t) in taints.iter().enumerate() {
+        if !is_qualified_name(&t.key) {
+            return Err(ValidationError::new(object, format!("{path}[{i}].key"), format!("invalid taint key {:?}", t.key)));
+        }
+        if !matches!(t.effect.as_str(), "NoSchedule" | "PreferNoSchedule" | "NoExecute") {
+            return Err(ValidationError::new(
+                object,
+                format!("{path}[{i}].effect"),
+                format!("invalid effect {:?}: expected NoSchedule, PreferNoSchedule or NoExecute", t.effect),
+            ));
+        }
+    }
+    Ok(())
+}
+
+impl NodePool {
+    /// Checks what the schema alone cannot: requirement operators and values, `minValues`, label keys,
+    /// taint effects, budget percentages and cron schedules, weight and limits.
+    pub fn validate(&self) -> Result<(), ValidationError> {
+        let object = format!("NodePool/{}", self.name());
+        let object = object.as_str();
+        let t = &self.spec.template;
+        for (k, v) in &t.metadata.labels {
+            let field = format!("spec.template.metadata.labels[{k:?}]");
+            if !is_qualified_name(k) {
+                return Err(ValidationError::new(object, field, format!("invalid label key {k:?}")));
+            }
+            if labels::RESTRICTED_LABELS.contains(&labels::normalize(k)) {
+                return Err(ValidationError::new(object, field, format!("label {k:?} is restricted: tenon sets it")));
+            }
+            if !is_label_value(v) {
+                return Err(ValidationError::new(object, field, format!("invalid label value {v:?}")));
+            }
+        }
+        validate_requirements(object, "spec.template.spec.requirements", &t.spec.requirements)?;
+        validate_taints(object, "spec.template.spec.taints", &t.spec.taints)?;
+        validate_taints(object, "spec.template.spec.startupTaints", &t.spec.startup_taints)?;
+        if let Some(r) = &t.spec.node_class_ref {
+            for (field, v) in [("group", &r.group), ("kind", &r.kind), ("name", &r.name)] {
+                if v.is_empty() {
+                    return Err(ValidationError::new(object, format!("spec.template.spec.nodeClassRef.{field}"), "must not be empty"));
+                }
+            }
+        }
+        for (i, b) in self.spec.disruption.budgets.iter().enumerate() {
+            let field = format!("spec.disruption.budgets[{i}]");
+            b.nodes.parse::<BudgetNodes>().map_err(|e| ValidationError::new(object, format!("{field}.nodes"), e))?;
+            match (&b.schedule, &b.duration) {
+                (Some(s), Some(_)) => {
+                    parse_schedule(s).map_err(|e| ValidationError::new(object, format!("{field}.schedule"), e))?;
+                }
+                (Some(_), None) => {
+                    return Err(ValidationError::new(object, format!("{field}.duration"), "a schedule needs a duration"));
+                }
+                (None, Some(_)) => {
+                    return Err(ValidationError::new(object, format!("{field}.schedule"), "a duration needs a schedule"));
+                }
+                (None, None) => {}
+            }
+        }
+        if let Some(w) = self.spec.weight
+            && !(1..=100).contains(&w)
+        {
+            return Err(ValidationError::new(object, "spec.weight", format!("must be between 1 and 100, got {w}")));
+        }
+        for (k, q) in &self.spec.limits {
+            if k != "nodes" {
+                Resources::parse_quantity(k, &q.0)
+                    .map_err(|e| ValidationError::new(object, format!("spec.limits[{k:?}]"), e.to_string()))?;
+            } else if q.0.parse::<u64>().is_err() {
+                return Err(ValidationError::new(object, "spec.limits[\"nodes\"]", format!("invalid node count {:?}", q.0)));
+            }
+        }
+        if let Some(timeout) = self.annotation(labels::NODECLAIM_REGISTRATION_TIMEOUT) {
+            super::duration::parse_duration(timeout).map_err(|e| {
+                ValidationError::new(object, format!("metadata.annotations[{:?}]", labels::NODECLAIM_REGISTRATION_TIMEOUT), e)
+            })?;
+        }
+        if let Some(policy) = self.packing_policy()
+            && !matches!(policy, "binpack" | "marginal-cost")
+        {
+            return Err(ValidationError::new(
+                object,
+                format!("metadata.annotations[{:?}]", labels::NODECLAIM_PACKING_POLICY),
+                format!("unknown packing policy {policy:?}: expected \"binpack\" or \"marginal-cost\""),
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl NodeClaim {
+    /// Checks the claim's requirements, taints and resource requests.
+    pub fn validate(&self) -> Result<(), ValidationError> {
+        let object = format!("NodeClaim/{}", self.name());
+        validate_requirements(&object, "spec.requirements", &self.spec.requirements)?;
+        validate_taints(&object, "spec.taints", &self.spec.taints)?;
+        validate_taints(&object, "spec.startupTaints", &self.spec.startup_taints)?;
+        Resources::from_resource_list(&self.spec.resources.requests)
+            .map_err(|e| ValidationError::new(&object, "spec.resources.requests", e.to_string()))?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn label_syntax() {
+        assert!(is_qualified_name("karpenter.k8s.aws/instance-family"));
+        assert!(is_qualified_name("team"));
+        assert!(!is_qualified_name("Bad_Prefix/x"));
+        assert!(!is_qualified_name("a/"));
+        assert!(is_label_value("us-east-1a"));
+        assert!(!is_label_value("-x"));
+    }
+}

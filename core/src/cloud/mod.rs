@@ -1,0 +1,132 @@
+//! The provider boundary: what tenon asks of a cloud (or of a rack of owned machines).
+//!
+//! A provider implements [`CloudProvider`]: it lists instance types with their priced offerings, launches
+//! one instance for a [`NodeClaim`], reports instance liveness, and deletes. The core does everything else
+//! (scheduling, consolidation, lifecycle, garbage collection), so a provider crate stays small.
+//!
+//! Several providers serve one cluster through a [`ProviderRegistry`], which routes each NodePool to a
+//! provider by its `nodeClassRef` group and kind.
+
+mod error;
+pub mod fake;
+mod registry;
+mod types;
+mod unavailable;
+
+#[cfg(any(test, feature = "conformance"))]
+pub mod conformance;
+
+use std::fmt::Debug;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+
+pub use error::CloudError;
+pub use registry::{ProviderRegistry, RegistryError};
+pub use types::{
+    CapacityType, DriftReason, Instance, InstanceState, InstanceType, LaunchOptions, Lease, NodeClassKind, Offering,
+    OfferingKey, Overhead, ProviderDescriptor, RepairAction, RepairPolicy, default_repair_policies,
+};
+pub use unavailable::{DEFAULT_TTL as UNAVAILABLE_OFFERINGS_TTL, UnavailableOfferings};
+
+use crate::api::{NodeClaim, NodePool};
+
+/// A source of nodes: a cloud, or a fleet of owned machines.
+///
+/// # Contract
+///
+/// - [`CloudProvider::instance_types`] returns every instance type the pool could use, including those with
+///   no available offering right now.
+/// - [`CloudProvider::create`] launches exactly one instance for the claim, choosing among the instance
+///   types, zones and capacity types its requirements allow and avoiding the offerings listed in
+///   [`LaunchOptions::unavailable`]. It must be idempotent per claim UID where the backend allows it.
+/// - [`CloudProvider::delete`] returns `Ok(())` while the instance is terminating and
+///   [`CloudError::NotFound`] once it is gone; the core calls it until it gets `NotFound`.
+/// - [`CloudProvider::list`] returns every instance this cluster owns, and never another cluster's.
+///
+/// # Errors
+///
+/// Every method returns a [`CloudError`]; providers classify their SDK errors into it in one place.
+#[async_trait]
+pub trait CloudProvider: Send + Sync + Debug + 'static {
+    /// The provider's name, used in logs and metrics (`aws`, `gcp`, `self-managed`, …).
+    fn name(&self) -> &str;
+
+    /// What the provider serves: its NodeClass kinds and the extra well-known labels it defines.
+    fn descriptor(&self) -> ProviderDescriptor;
+
+    /// Every instance type `pool` could use, with offerings, capacity and overhead.
+    async fn instance_types(&self, pool: &NodePool) -> Result<Vec<InstanceType>, CloudError>;
+
+    /// Launches one instance for `claim`.
+    async fn create(&self, claim: &NodeClaim, options: &LaunchOptions) -> Result<Instance, CloudError>;
+
+    /// Terminates the claim's instance: `Ok` while terminating, `NotFound` once gone.
+    async fn delete(&self, claim: &NodeClaim) -> Result<(), CloudError>;
+
+    /// The instance with `provider_id`, or `NotFound`.
+    async fn get(&self, provider_id: &str) -> Result<Instance, CloudError>;
+
+    /// Every instance this cluster owns.
+    async fn list(&self) -> Result<Vec<Instance>, CloudError>;
+
+    /// Provider-side drift (image, network, NodeClass hash), or `None`.
+    async fn is_drifted(&self, claim: &NodeClaim) -> Result<Option<DriftReason>, CloudError>;
+
+    /// The unhealthy node conditions this provider wants repaired, and how.
+    fn repair_policies(&self) -> Vec<RepairPolicy>;
+
+    /// Reboots the claim's instance in place, for repair; [`CloudError::Unsupported`] when the provider
+    /// cannot.
+    async fn reboot(&self, claim: &NodeClaim) -> Result<(), CloudError>;
+}
+
+/// A provider as the core holds it.
+pub type DynCloudProvider = Arc<dyn CloudProvider>;
+
+#[async_trait]
+impl<T: CloudProvider + ?Sized> CloudProvider for Arc<T> {
+    fn name(&self) -> &str {
+        (**self).name()
+    }
+    fn descriptor(&self) -> ProviderDescriptor {
+        (**self).descriptor()
+    }
+    async fn instance_types(&self, pool: &NodePool) -> Result<Vec<InstanceType>, CloudError> {
+        (**self).instance_types(pool).await
+    }
+    async fn create(&self, claim: &NodeClaim, options: &LaunchOptions) -> Result<Instance, CloudError> {
+        (**self).create(claim, options).await
+    }
+    async fn delete(&self, claim: &NodeClaim) -> Result<(), CloudError> {
+        (**self).delete(claim).await
+    }
+    async fn get(&self, provider_id: &str) -> Result<Instance, CloudError> {
+        (**self).get(provider_id).await
+    }
+    async fn list(&self) -> Result<Vec<Instance>, CloudError> {
+        (**self).list().await
+    }
+    async fn is_drifted(&self, claim: &NodeClaim) -> Result<Option<DriftReason>, CloudError> {
+        (**self).is_drifted(claim).await
+    }
+    fn repair_policies(&self) -> Vec<RepairPolicy> {
+        (**self).repair_policies()
+    }
+    async fn reboot(&self, claim: &NodeClaim) -> Result<(), CloudError> {
+        (**self).reboot(claim).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn assert_send_sync<T: Send + Sync>() {}
+
+    #[test]
+    fn the_trait_is_object_safe_and_thread_safe() {
+        assert_send_sync::<DynCloudProvider>();
+        let _: Option<Box<dyn CloudProvider>> = None;
+    }
+}

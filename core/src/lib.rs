@@ -1,0 +1,26 @@
+//! # tenon-core
+//!
+//! The cloud-agnostic core of tenon, a Kubernetes node autoscaler that speaks Karpenter's `karpenter.sh/v1`
+//! API. This crate holds everything that does not depend on a particular cloud:
+//!
+//! - [`api`]: the `NodePool` and `NodeClaim` custom resources, their validation, durations and disruption
+//!   budgets, and the well-known `karpenter.sh/*` keys;
+//! - [`cloud`]: the [`cloud::CloudProvider`] trait every provider implements, its data model
+//!   ([`cloud::InstanceType`], [`cloud::Offering`], [`cloud::Instance`], [`cloud::Lease`]), the one error enum
+//!   the core matches on ([`cloud::CloudError`]), the [`cloud::ProviderRegistry`] that routes NodePools to
+//!   providers, the unavailable-offerings cache, the in-memory [`cloud::fake::FakeCloud`] and (behind the
+//!   `conformance` feature) the public conformance suite;
+//! - [`resources`]: compact resource vectors (millicores, bytes, pods and extended resources);
+//! - [`clock`]: the clock every controller takes, real or virtual;
+//! - [`settings`]: the operator's settings, layered defaults < file < environment < flags.
+//!
+//! ## Cargo features
+//!
+//! - `conformance`: exposes [`cloud::conformance`], the checks a provider crate runs from its own tests.
+#![warn(missing_docs)]
+
+pub mod api;
+pub mod clock;
+pub mod cloud;
+pub mod resources;
+pub mod settings;

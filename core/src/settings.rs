@@ -1,0 +1,544 @@
+//! The operator's settings, layered defaults < file < environment < flags.
+//!
+//! Every setting has a kebab-case key (`max-consolidation-replacements`), an environment variable
+//! (`MAX_CONSOLIDATION_REPLACEMENTS`), a default and a meaning; [`SETTINGS`] lists them all and
+//! `tenon settings` prints them with their value and where it came from. A file (`--config`, YAML, TOML or
+//! JSON) may use either spelling of a key. A value that does not parse is an error naming the key and its
+//! source; nothing is half-applied.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::Path;
+use std::time::Duration;
+
+use config::{Config, Environment, File, Value, ValueKind};
+
+use crate::api::parse_duration;
+
+/// How a setting's value is written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// A duration (`10s`, `15m`).
+    Duration,
+    /// A duration, or `Never`/`0`/empty to turn the behaviour off.
+    OptionalDuration,
+    /// `true` or `false`.
+    Bool,
+    /// A non-negative integer.
+    Count,
+    /// A percentage (`5%`) or a fraction in `[0, 1]` (`0.05`).
+    Percent,
+    /// `Name=true,Other=false`.
+    FeatureGates,
+    /// Free text.
+    Text,
+    /// One of the listed words.
+    OneOf(&'static [&'static str]),
+}
+
+/// One setting's definition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SettingSpec {
+    /// The kebab-case key.
+    pub key: &'static str,
+    /// The environment variable.
+    pub env: &'static str,
+    /// The default, as text.
+    pub default: &'static str,
+    /// How the value is written.
+    pub kind: Kind,
+    /// What it does.
+    pub doc: &'static str,
+}
+
+const fn s(key: &'static str, env: &'static str, default: &'static str, kind: Kind, doc: &'static str) -> SettingSpec {
+    SettingSpec { key, env, default, kind, doc }
+}
+
+/// The feature gates and their defaults.
+pub const FEATURE_GATE_DEFAULTS: [(&str, bool); 5] = [
+    ("SpotToSpotConsolidation", false),
+    ("NodeRepair", false),
+    ("ReservedCapacity", true),
+    ("NodeOverlay", false),
+    ("StaticCapacity", false),
+];
+
+/// Every setting tenon reads.
+pub const SETTINGS: &[SettingSpec] = &[
+    s("cluster-name", "CLUSTER_NAME", "tenon", Kind::Text, "Name of the cluster; providers tag and list instances by it."),
+    s("batch-idle-duration", "BATCH_IDLE_DURATION", "1s", Kind::Duration, "A provisioning batch closes after this long without a new pending pod."),
+    s("batch-max-duration", "BATCH_MAX_DURATION", "10s", Kind::Duration, "A provisioning batch closes at the latest this long after it opened."),
+    s("launch-timeout", "LAUNCH_TIMEOUT", "5m", Kind::Duration, "A claim not launched this long after creation is deleted."),
+    s("registration-timeout", "REGISTRATION_TIMEOUT", "15m", Kind::Duration, "A claim whose node has not registered this long after creation is deleted; pools override it with the karpenter.sh/nodeclaim-registration-timeout annotation."),
+    s("nodeclaim-initialization-timeout", "NODECLAIM_INITIALIZATION_TIMEOUT", "Never", Kind::OptionalDuration, "A registered node not initialized this long after registration is deleted (off by default)."),
+    s("feature-gates", "FEATURE_GATES", "SpotToSpotConsolidation=false,NodeRepair=false,ReservedCapacity=true,NodeOverlay=false,StaticCapacity=false", Kind::FeatureGates, "Feature gates, as Name=true,Other=false."),
+    s("consolidation-split-fallback", "CONSOLIDATION_SPLIT_FALLBACK", "false", Kind::Bool, "Let single-node consolidation replace one node with several cheaper ones (also raise max-consolidation-replacements)."),
+    s("max-consolidation-replacements", "MAX_CONSOLIDATION_REPLACEMENTS", "1", Kind::Count, "The most replacement claims one consolidation may create."),
+    s("consolidation-split-max-attempts", "CONSOLIDATION_SPLIT_MAX_ATTEMPTS", "10", Kind::Count, "The most split re-simulations one disruption pass may run."),
+    s("consolidation-split-min-savings", "CONSOLIDATION_SPLIT_MIN_SAVINGS", "5%", Kind::Percent, "A split must save at least this share of the candidate's price."),
+    s("od-to-spot-consolidation", "OD_TO_SPOT_CONSOLIDATION", "true", Kind::Bool, "Retry an on-demand candidate's rejected replacement as spot-only in the zones whose spot price beats it."),
+    s("spot-to-spot-min-instance-types", "SPOT_TO_SPOT_MIN_INSTANCE_TYPES", "15", Kind::Count, "Single-node spot-to-spot consolidation needs at least this many cheaper instance types, and launches with that many."),
+    s("consolidation-replace-min-savings", "CONSOLIDATION_REPLACE_MIN_SAVINGS", "0%", Kind::Percent, "Every replace must save at least this share of the candidates' price."),
+    s("disruption-poll-period", "DISRUPTION_POLL_PERIOD", "10s", Kind::Duration, "How often the disruption controller looks for commands."),
+    s("command-validation-delay", "COMMAND_VALIDATION_DELAY", "15s", Kind::Duration, "How long a consolidation command settles before it is re-simulated against live state."),
+    s("single-node-consolidation-timeout", "SINGLE_NODE_CONSOLIDATION_TIMEOUT", "3m", Kind::Duration, "How long single-node consolidation may search in one pass."),
+    s("multi-node-consolidation-timeout", "MULTI_NODE_CONSOLIDATION_TIMEOUT", "1m", Kind::Duration, "How long multi-node consolidation may search in one pass."),
+    s("unavailable-offerings-ttl", "UNAVAILABLE_OFFERINGS_TTL", "3m", Kind::Duration, "How long an offering that failed for lack of capacity stays out of scheduling."),
+    s("orphan-instance-grace", "ORPHAN_INSTANCE_GRACE", "2m", Kind::Duration, "An instance the provider lists for this cluster without a claim is terminated after this long."),
+    s("vanished-instance-grace", "VANISHED_INSTANCE_GRACE", "5m", Kind::Duration, "A launched, unregistered claim whose instance has vanished is reclaimed after this long (list-after-create consistency)."),
+    s("max-instance-types", "MAX_INSTANCE_TYPES", "600", Kind::Count, "The most instance-type options one claim carries to its provider."),
+    s("preference-policy", "PREFERENCE_POLICY", "Respect", Kind::OneOf(&["Respect", "Ignore"]), "Whether scheduling honours preferred affinities and ScheduleAnyway spreads."),
+    s("log-level", "LOG_LEVEL", "info", Kind::OneOf(&["error", "warn", "info", "debug", "trace"]), "Log verbosity."),
+];
+
+/// Where a setting's value came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Source {
+    /// The built-in default.
+    Default,
+    /// The `--config` file.
+    File,
+    /// The environment.
+    Environment,
+    /// A command-line flag.
+    Flag,
+}
+
+impl fmt::Display for Source {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Default => "default",
+            Self::File => "file",
+            Self::Environment => "env",
+            Self::Flag => "flag",
+        })
+    }
+}
+
+/// A setting that could not be read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("setting {key} (from {origin}): {message}")]
+pub struct SettingsError {
+    /// The key, or the file.
+    pub key: String,
+    /// Where the bad value came from (`file`, `env`, `flag`, or the file's path).
+    pub origin: String,
+    /// What is wrong.
+    pub message: String,
+}
+
+fn err(key: &str, source: impl fmt::Display, message: impl Into<String>) -> SettingsError {
+    SettingsError { key: key.to_owned(), origin: source.to_string(), message: message.into() }
+}
+
+/// Feature gates.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct FeatureGates(BTreeMap<String, bool>);
+
+impl FeatureGates {
+    /// Whether `name` is on.
+    pub fn enabled(&self, name: &str) -> bool {
+        self.0.get(name).copied().unwrap_or(false)
+    }
+
+    /// Spot-to-spot consolidation.
+    pub fn spot_to_spot_consolidation(&self) -> bool {
+        self.enabled("SpotToSpotConsolidation")
+    }
+
+    /// Node auto repair.
+    pub fn node_repair(&self) -> bool {
+        self.enabled("NodeRepair")
+    }
+
+    fn parse(text: &str) -> Result<Self, String> {
+        let mut gates: BTreeMap<String, bool> =
+            FEATURE_GATE_DEFAULTS.iter().map(|(n, v)| ((*n).to_owned(), *v)).collect();
+        for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            let (name, value) =
+                part.split_once('=').ok_or_else(|| format!("{part:?} is not Name=true or Name=false"))?;
+            let name = name.trim();
+            if !gates.contains_key(name) {
+                let known: Vec<&str> = FEATURE_GATE_DEFAULTS.iter().map(|(n, _)| *n).collect();
+                return Err(format!("unknown feature gate {name:?} (known: {})", known.join(", ")));
+            }
+            gates.insert(name.to_owned(), parse_bool(value)?);
+        }
+        Ok(Self(gates))
+    }
+}
+
+impl fmt::Display for FeatureGates {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let parts: Vec<String> = self.0.iter().map(|(n, v)| format!("{n}={v}")).collect();
+        f.write_str(&parts.join(","))
+    }
+}
+
+fn parse_bool(v: &str) -> Result<bool, String> {
+    match v.trim().to_ascii_lowercase().as_str() {
+        "true" => Ok(true),
+        "false" => Ok(false),
+        other => Err(format!("{other:?} is not true or false")),
+    }
+}
+
+fn parse_percent(v: &str) -> Result<f64, String> {
+    let v = v.trim();
+    let fraction = match v.strip_suffix('%') {
+        Some(p) => p.trim().parse::<f64>().map(|p| p / 100.0),
+        None => v.parse::<f64>(),
+    }
+    .map_err(|_| format!("{v:?} is not a percentage such as \"5%\" or a fraction such as \"0.05\""))?;
+    if !(0.0..=1.0).contains(&fraction) {
+        return Err(format!("{v:?} is outside 0%..100%"));
+    }
+    Ok(fraction)
+}
+
+fn parse_optional_duration(v: &str) -> Result<Option<Duration>, String> {
+    match v.trim() {
+        "" | "Never" | "never" | "off" | "0" => Ok(None),
+        other => parse_duration(other).map(|d| if d.is_zero() { None } else { Some(d) }),
+    }
+}
+
+/// Whether preferences are honoured by scheduling.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PreferencePolicy {
+    /// Honour preferred terms, relaxing them one by one when a pod does not fit.
+    Respect,
+    /// Ignore preferred terms.
+    Ignore,
+}
+
+/// The parsed settings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Settings {
+    /// Name of the cluster.
+    pub cluster_name: String,
+    /// Batch idle window.
+    pub batch_idle_duration: Duration,
+    /// Batch maximum window.
+    pub batch_max_duration: Duration,
+    /// Launch timeout.
+    pub launch_timeout: Duration,
+    /// Default registration timeout.
+    pub registration_timeout: Duration,
+    /// Initialization timeout, measured from registration (`None`: off).
+    pub nodeclaim_initialization_timeout: Option<Duration>,
+    /// Feature gates.
+    pub feature_gates: FeatureGates,
+    /// Whether the 1→N split fallback is on.
+    pub consolidation_split_fallback: bool,
+    /// The most replacements one consolidation may create.
+    pub max_consolidation_replacements: u32,
+    /// The most split attempts per pass.
+    pub consolidation_split_max_attempts: u32,
+    /// The minimum savings of a split, as a fraction.
+    pub consolidation_split_min_savings: f64,
+    /// Whether the on-demand → spot retry is on.
+    pub od_to_spot_consolidation: bool,
+    /// The spot-to-spot flexibility floor.
+    pub spot_to_spot_min_instance_types: u32,
+    /// The minimum savings of any replace, as a fraction.
+    pub consolidation_replace_min_savings: f64,
+    /// Disruption pass period.
+    pub disruption_poll_period: Duration,
+    /// Command validation delay.
+    pub command_validation_delay: Duration,
+    /// Single-node consolidation time budget.
+    pub single_node_consolidation_timeout: Duration,
+    /// Multi-node consolidation time budget.
+    pub multi_node_consolidation_timeout: Duration,
+    /// Unavailable-offerings TTL.
+    pub unavailable_offerings_ttl: Duration,
+    /// Grace before an instance without a claim is terminated.
+    pub orphan_instance_grace: Duration,
+    /// Grace before a launched, unregistered claim whose instance vanished is reclaimed.
+    pub vanished_instance_grace: Duration,
+    /// The most instance types per claim.
+    pub max_instance_types: u32,
+    /// Preference policy.
+    pub preference_policy: PreferencePolicy,
+    /// Log level.
+    pub log_level: String,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        match Self::from_values(&SETTINGS.iter().map(|s| (s.key, s.default.to_owned(), Source::Default)).collect::<Vec<_>>()) {
+            Ok(s) => s,
+            Err(e) => unreachable!("built-in defaults parse: {e}"),
+        }
+    }
+}
+
+/// A setting's resolved value and where it came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Resolved {
+    /// The definition.
+    pub spec: SettingSpec,
+    /// The value as text.
+    pub value: String,
+    /// Where it came from.
+    pub source: Source,
+}
+
+/// The settings together with where each came from.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Loaded {
+    /// The parsed settings.
+    pub settings: Settings,
+    /// Every setting with its value and source, in [`SETTINGS`] order.
+    pub resolved: Vec<Resolved>,
+}
+
+fn canonical(key: &str) -> String {
+    key.trim().to_ascii_lowercase().replace('-', "_")
+}
+
+fn spec_for(key: &str) -> Option<&'static SettingSpec> {
+    let k = canonical(key);
+    SETTINGS.iter().find(|s| canonical(s.key) == k)
+}
+
+fn value_text(key: &str, source: &str, v: Value) -> Result<String, SettingsError> {
+    match v.kind {
+        ValueKind::Table(t) => {
+            // `feature-gates: {SpotToSpotConsolidation: true}`
+            let mut parts = Vec::new();
+            for (k, v) in t {
+                parts.push(format!("{k}={}", value_text(key, source, v)?));
+            }
+            Ok(parts.join(","))
+        }
+        ValueKind::Array(_) => Err(err(key, source, "expected a single value, got a list")),
+        ValueKind::Nil => Ok(String::new()),
+        _ => v.into_string().map_err(|e| err(key, source, e.to_string())),
+    }
+}
+
+/// Reads the settings from the defaults, an optional file, the given environment and flag overrides
+/// (`key=value`, either spelling of the key).
+pub fn load(
+    file: Option<&Path>,
+    env: impl IntoIterator<Item = (String, String)>,
+    flags: &[(String, String)],
+) -> Result<Loaded, SettingsError> {
+    let mut layered: BTreeMap<&'static str, (String, Source)> =
+        SETTINGS.iter().map(|s| (s.key, (s.default.to_owned(), Source::Default))).collect();
+
+    if let Some(path) = file {
+        let shown = path.display().to_string();
+        let cfg = Config::builder()
+            .add_source(File::from(path).required(true))
+            .build()
+            .map_err(|e| err(&shown, "file", e.to_string()))?;
+        let table = cfg.try_deserialize::<std::collections::HashMap<String, Value>>().map_err(|e| err(&shown, "file", e.to_string()))?;
+        for (key, value) in table {
+            let spec = spec_for(&key).ok_or_else(|| err(&key, &shown, "unknown setting"))?;
+            layered.insert(spec.key, (value_text(spec.key, &shown, value)?, Source::File));
+        }
+    }
+
+    let wanted: BTreeMap<String, String> = env.into_iter().filter(|(k, _)| SETTINGS.iter().any(|s| s.env == k)).collect();
+    if !wanted.is_empty() {
+        let env_map: std::collections::HashMap<String, String> = wanted.into_iter().collect();
+        let cfg = Config::builder()
+            .add_source(Environment::default().source(Some(env_map)).try_parsing(false))
+            .build()
+            .map_err(|e| err("environment", "env", e.to_string()))?;
+        let table = cfg.try_deserialize::<std::collections::HashMap<String, Value>>().map_err(|e| err("environment", "env", e.to_string()))?;
+        for (key, value) in table {
+            if let Some(spec) = spec_for(&key) {
+                layered.insert(spec.key, (value_text(spec.env, "env", value)?, Source::Environment));
+            }
+        }
+    }
+
+    for (key, value) in flags {
+        let spec = spec_for(key).ok_or_else(|| err(key, "flag", "unknown setting"))?;
+        layered.insert(spec.key, (value.clone(), Source::Flag));
+    }
+
+    let values: Vec<(&'static str, String, Source)> =
+        SETTINGS.iter().map(|s| (s.key, layered[s.key].0.clone(), layered[s.key].1)).collect();
+    let settings = Settings::from_values(&values)?;
+    let resolved = SETTINGS
+        .iter()
+        .zip(values)
+        .map(|(spec, (_, value, source))| Resolved { spec: *spec, value, source })
+        .collect();
+    Ok(Loaded { settings, resolved })
+}
+
+/// Reads the settings from the defaults, an optional file, the process environment and flag overrides.
+pub fn load_from_process(file: Option<&Path>, flags: &[(String, String)]) -> Result<Loaded, SettingsError> {
+    load(file, std::env::vars(), flags)
+}
+
+impl Settings {
+    fn from_values(values: &[(&'static str, String, Source)]) -> Result<Self, SettingsError> {
+        let get = |key: &str| -> (&SettingSpec, &str, Source) {
+            let spec = spec_for(key).unwrap_or_else(|| unreachable!("{key} is a known setting"));
+            let (_, v, src) = values.iter().find(|(k, _, _)| *k == spec.key).unwrap_or_else(|| unreachable!("{key} resolved"));
+            (spec, v.as_str(), *src)
+        };
+        let name = |spec: &SettingSpec, src: Source| if src == Source::Environment { spec.env } else { spec.key };
+        let duration = |key: &str| {
+            let (spec, v, src) = get(key);
+            parse_duration(v).map_err(|e| err(name(spec, src), src, e))
+        };
+        let boolean = |key: &str| {
+            let (spec, v, src) = get(key);
+            parse_bool(v).map_err(|e| err(name(spec, src), src, e))
+        };
+        let count = |key: &str| {
+            let (spec, v, src) = get(key);
+            v.trim().parse::<u32>().map_err(|_| err(name(spec, src), src, format!("{v:?} is not a non-negative integer")))
+        };
+        let percent = |key: &str| {
+            let (spec, v, src) = get(key);
+            parse_percent(v).map_err(|e| err(name(spec, src), src, e))
+        };
+        let one_of = |key: &str| {
+            let (spec, v, src) = get(key);
+            match spec.kind {
+                Kind::OneOf(options) if options.contains(&v.trim()) => Ok(v.trim().to_owned()),
+                Kind::OneOf(options) => Err(err(name(spec, src), src, format!("{v:?} is not one of {}", options.join(", ")))),
+                _ => Ok(v.to_owned()),
+            }
+        };
+        let (gates_spec, gates, gates_src) = get("feature-gates");
+        let (init_spec, init, init_src) = get("nodeclaim-initialization-timeout");
+        Ok(Self {
+            cluster_name: get("cluster-name").1.to_owned(),
+            batch_idle_duration: duration("batch-idle-duration")?,
+            batch_max_duration: duration("batch-max-duration")?,
+            launch_timeout: duration("launch-timeout")?,
+            registration_timeout: duration("registration-timeout")?,
+            nodeclaim_initialization_timeout: parse_optional_duration(init)
+                .map_err(|e| err(name(init_spec, init_src), init_src, e))?,
+            feature_gates: FeatureGates::parse(gates).map_err(|e| err(name(gates_spec, gates_src), gates_src, e))?,
+            consolidation_split_fallback: boolean("consolidation-split-fallback")?,
+            max_consolidation_replacements: count("max-consolidation-replacements")?,
+            consolidation_split_max_attempts: count("consolidation-split-max-attempts")?,
+            consolidation_split_min_savings: percent("consolidation-split-min-savings")?,
+            od_to_spot_consolidation: boolean("od-to-spot-consolidation")?,
+            spot_to_spot_min_instance_types: count("spot-to-spot-min-instance-types")?,
+            consolidation_replace_min_savings: percent("consolidation-replace-min-savings")?,
+            disruption_poll_period: duration("disruption-poll-period")?,
+            command_validation_delay: duration("command-validation-delay")?,
+            single_node_consolidation_timeout: duration("single-node-consolidation-timeout")?,
+            multi_node_consolidation_timeout: duration("multi-node-consolidation-timeout")?,
+            unavailable_offerings_ttl: duration("unavailable-offerings-ttl")?,
+            orphan_instance_grace: duration("orphan-instance-grace")?,
+            vanished_instance_grace: duration("vanished-instance-grace")?,
+            max_instance_types: count("max-instance-types")?,
+            preference_policy: if one_of("preference-policy")? == "Ignore" {
+                PreferencePolicy::Ignore
+            } else {
+                PreferencePolicy::Respect
+            },
+            log_level: one_of("log-level")?,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect()
+    }
+
+    #[test]
+    fn defaults_match_the_specification() {
+        let s = Settings::default();
+        assert_eq!(s.batch_idle_duration, Duration::from_secs(1));
+        assert_eq!(s.batch_max_duration, Duration::from_secs(10));
+        assert_eq!(s.registration_timeout, Duration::from_secs(15 * 60));
+        assert_eq!(s.launch_timeout, Duration::from_secs(5 * 60));
+        assert_eq!(s.nodeclaim_initialization_timeout, None);
+        assert!(!s.feature_gates.spot_to_spot_consolidation());
+        assert!(!s.feature_gates.node_repair());
+        assert!(!s.consolidation_split_fallback);
+        assert_eq!(s.max_consolidation_replacements, 1);
+        assert!((s.consolidation_split_min_savings - 0.05).abs() < 1e-12);
+        assert!(s.od_to_spot_consolidation);
+        assert_eq!(s.spot_to_spot_min_instance_types, 15);
+        assert_eq!(s.consolidation_replace_min_savings, 0.0);
+        assert_eq!(s.max_instance_types, 600);
+    }
+
+    #[test]
+    fn every_setting_has_a_screaming_snake_case_environment_name() {
+        for spec in SETTINGS {
+            assert_eq!(spec.env, spec.key.to_ascii_uppercase().replace('-', "_"), "{}", spec.key);
+            assert!(!spec.doc.is_empty());
+        }
+    }
+
+    #[test]
+    fn layers_defaults_file_environment_flags_in_that_order() {
+        let dir = std::env::temp_dir().join(format!("tenon-settings-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("tenon.yaml");
+        std::fs::write(
+            &file,
+            "max-consolidation-replacements: 3\nSPOT_TO_SPOT_MIN_INSTANCE_TYPES: 4\nconsolidation-split-fallback: true\nfeature-gates:\n  SpotToSpotConsolidation: true\n",
+        )
+        .unwrap();
+        let loaded = load(
+            Some(&file),
+            env(&[("SPOT_TO_SPOT_MIN_INSTANCE_TYPES", "7"), ("NODECLAIM_INITIALIZATION_TIMEOUT", "30m"), ("PATH", "/bin")]),
+            &[("spot-to-spot-min-instance-types".into(), "9".into())],
+        )
+        .unwrap();
+        let s = &loaded.settings;
+        assert_eq!(s.max_consolidation_replacements, 3);
+        assert!(s.consolidation_split_fallback);
+        assert!(s.feature_gates.spot_to_spot_consolidation());
+        assert_eq!(s.spot_to_spot_min_instance_types, 9, "flags beat the environment, which beats the file");
+        assert_eq!(s.nodeclaim_initialization_timeout, Some(Duration::from_secs(1800)));
+        let source = |k: &str| loaded.resolved.iter().find(|r| r.spec.key == k).unwrap().source;
+        assert_eq!(source("max-consolidation-replacements"), Source::File);
+        assert_eq!(source("nodeclaim-initialization-timeout"), Source::Environment);
+        assert_eq!(source("spot-to-spot-min-instance-types"), Source::Flag);
+        assert_eq!(source("launch-timeout"), Source::Default);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn feature_gates_parse_name_value_lists() {
+        let loaded = load(None, env(&[("FEATURE_GATES", "SpotToSpotConsolidation=true, NodeRepair=true")]), &[]).unwrap();
+        assert!(loaded.settings.feature_gates.spot_to_spot_consolidation());
+        assert!(loaded.settings.feature_gates.node_repair());
+        assert!(loaded.settings.feature_gates.enabled("ReservedCapacity"), "unnamed gates keep their defaults");
+    }
+
+    #[test]
+    fn bad_values_name_the_key_and_source() {
+        let e = load(None, env(&[("MAX_CONSOLIDATION_REPLACEMENTS", "two")]), &[]).unwrap_err();
+        assert_eq!(e.key, "MAX_CONSOLIDATION_REPLACEMENTS");
+        assert_eq!(e.origin, "env");
+        let e = load(None, env(&[("FEATURE_GATES", "Teleport=true")]), &[]).unwrap_err();
+        assert!(e.message.contains("Teleport"), "{e}");
+        let e = load(None, env(&[]), &[("consolidation-split-min-savings".into(), "150%".into())]).unwrap_err();
+        assert_eq!(e.key, "consolidation-split-min-savings");
+        let e = load(None, env(&[]), &[("no-such-thing".into(), "1".into())]).unwrap_err();
+        assert_eq!(e.message, "unknown setting");
+        let e = load(None, env(&[("LAUNCH_TIMEOUT", "5 minutes")]), &[]).unwrap_err();
+        assert_eq!(e.key, "LAUNCH_TIMEOUT");
+    }
+
+    #[test]
+    fn percentages_accept_percent_or_fraction() {
+        assert_eq!(parse_percent("5%").unwrap(), 0.05);
+        assert_eq!(parse_percent("0.2").unwrap(), 0.2);
+        assert!(parse_percent("20").is_err());
+    }
+}
