@@ -167,11 +167,8 @@ impl Resources {
     /// everything else up to the unit).
     pub fn parse_quantity(name: &str, value: &str) -> Result<(ResourceName, i64), ResourceError> {
         let slot = ResourceName::intern(name)?;
-        let invalid = |reason: String| ResourceError::InvalidQuantity {
-            name: name.to_owned(),
-            value: value.to_owned(),
-            reason,
-        };
+        let invalid =
+            |reason: String| ResourceError::InvalidQuantity { name: name.to_owned(), value: value.to_owned(), reason };
         let parsed = ParsedQuantity::try_from(value.trim()).map_err(|e| invalid(e.to_string()))?;
         let scaled = if slot.is_milli() { parsed * 1000 } else { parsed };
         let exact = scaled.to_bytes_f64().ok_or_else(|| invalid("out of range".into()))?;
@@ -186,9 +183,7 @@ impl Resources {
     }
 
     /// Builds a vector from `(name, quantity)` pairs; a name given twice keeps the last value.
-    pub fn from_quantities<'a>(
-        pairs: impl IntoIterator<Item = (&'a str, &'a str)>,
-    ) -> Result<Self, ResourceError> {
+    pub fn from_quantities<'a>(pairs: impl IntoIterator<Item = (&'a str, &'a str)>) -> Result<Self, ResourceError> {
         let mut r = Self::ZERO;
         for (name, value) in pairs {
             let (slot, v) = Self::parse_quantity(name, value)?;
@@ -421,7 +416,8 @@ mod tests {
         let r = Resources::from_quantities([("cpu", "2"), ("memory", "512Mi"), ("nvidia.com/gpu", "4")]).unwrap();
         let json = serde_json::to_value(r).unwrap();
         assert_eq!(json, serde_json::json!({"cpu": "2", "memory": "512Mi", "nvidia.com/gpu": "4"}));
-        let back: Resources = serde_json::from_value(serde_json::json!({"cpu": 2, "memory": "512Mi", "nvidia.com/gpu": "4"})).unwrap();
+        let back: Resources =
+            serde_json::from_value(serde_json::json!({"cpu": 2, "memory": "512Mi", "nvidia.com/gpu": "4"})).unwrap();
         assert_eq!(back, r);
         assert_eq!(format_quantity(ResourceName::CPU, 700), "700m");
     }

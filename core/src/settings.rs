@@ -66,29 +66,167 @@ pub const FEATURE_GATE_DEFAULTS: [(&str, bool); 5] = [
 
 /// Every setting tenon reads.
 pub const SETTINGS: &[SettingSpec] = &[
-    s("cluster-name", "CLUSTER_NAME", "tenon", Kind::Text, "Name of the cluster; providers tag and list instances by it."),
-    s("batch-idle-duration", "BATCH_IDLE_DURATION", "1s", Kind::Duration, "A provisioning batch closes after this long without a new pending pod."),
-    s("batch-max-duration", "BATCH_MAX_DURATION", "10s", Kind::Duration, "A provisioning batch closes at the latest this long after it opened."),
-    s("launch-timeout", "LAUNCH_TIMEOUT", "5m", Kind::Duration, "A claim not launched this long after creation is deleted."),
-    s("registration-timeout", "REGISTRATION_TIMEOUT", "15m", Kind::Duration, "A claim whose node has not registered this long after creation is deleted; pools override it with the karpenter.sh/nodeclaim-registration-timeout annotation."),
-    s("nodeclaim-initialization-timeout", "NODECLAIM_INITIALIZATION_TIMEOUT", "Never", Kind::OptionalDuration, "A registered node not initialized this long after registration is deleted (off by default)."),
-    s("feature-gates", "FEATURE_GATES", "SpotToSpotConsolidation=false,NodeRepair=false,ReservedCapacity=true,NodeOverlay=false,StaticCapacity=false", Kind::FeatureGates, "Feature gates, as Name=true,Other=false."),
-    s("consolidation-split-fallback", "CONSOLIDATION_SPLIT_FALLBACK", "false", Kind::Bool, "Let single-node consolidation replace one node with several cheaper ones (also raise max-consolidation-replacements)."),
-    s("max-consolidation-replacements", "MAX_CONSOLIDATION_REPLACEMENTS", "1", Kind::Count, "The most replacement claims one consolidation may create."),
-    s("consolidation-split-max-attempts", "CONSOLIDATION_SPLIT_MAX_ATTEMPTS", "10", Kind::Count, "The most split re-simulations one disruption pass may run."),
-    s("consolidation-split-min-savings", "CONSOLIDATION_SPLIT_MIN_SAVINGS", "5%", Kind::Percent, "A split must save at least this share of the candidate's price."),
-    s("od-to-spot-consolidation", "OD_TO_SPOT_CONSOLIDATION", "true", Kind::Bool, "Retry an on-demand candidate's rejected replacement as spot-only in the zones whose spot price beats it."),
-    s("spot-to-spot-min-instance-types", "SPOT_TO_SPOT_MIN_INSTANCE_TYPES", "15", Kind::Count, "Single-node spot-to-spot consolidation needs at least this many cheaper instance types, and launches with that many."),
-    s("consolidation-replace-min-savings", "CONSOLIDATION_REPLACE_MIN_SAVINGS", "0%", Kind::Percent, "Every replace must save at least this share of the candidates' price."),
-    s("disruption-poll-period", "DISRUPTION_POLL_PERIOD", "10s", Kind::Duration, "How often the disruption controller looks for commands."),
-    s("command-validation-delay", "COMMAND_VALIDATION_DELAY", "15s", Kind::Duration, "How long a consolidation command settles before it is re-simulated against live state."),
-    s("single-node-consolidation-timeout", "SINGLE_NODE_CONSOLIDATION_TIMEOUT", "3m", Kind::Duration, "How long single-node consolidation may search in one pass."),
-    s("multi-node-consolidation-timeout", "MULTI_NODE_CONSOLIDATION_TIMEOUT", "1m", Kind::Duration, "How long multi-node consolidation may search in one pass."),
-    s("unavailable-offerings-ttl", "UNAVAILABLE_OFFERINGS_TTL", "3m", Kind::Duration, "How long an offering that failed for lack of capacity stays out of scheduling."),
-    s("orphan-instance-grace", "ORPHAN_INSTANCE_GRACE", "2m", Kind::Duration, "An instance the provider lists for this cluster without a claim is terminated after this long."),
-    s("vanished-instance-grace", "VANISHED_INSTANCE_GRACE", "5m", Kind::Duration, "A launched, unregistered claim whose instance has vanished is reclaimed after this long (list-after-create consistency)."),
-    s("max-instance-types", "MAX_INSTANCE_TYPES", "600", Kind::Count, "The most instance-type options one claim carries to its provider."),
-    s("preference-policy", "PREFERENCE_POLICY", "Respect", Kind::OneOf(&["Respect", "Ignore"]), "Whether scheduling honours preferred affinities and ScheduleAnyway spreads."),
+    s(
+        "cluster-name",
+        "CLUSTER_NAME",
+        "tenon",
+        Kind::Text,
+        "Name of the cluster; providers tag and list instances by it.",
+    ),
+    s(
+        "batch-idle-duration",
+        "BATCH_IDLE_DURATION",
+        "1s",
+        Kind::Duration,
+        "A provisioning batch closes after this long without a new pending pod.",
+    ),
+    s(
+        "batch-max-duration",
+        "BATCH_MAX_DURATION",
+        "10s",
+        Kind::Duration,
+        "A provisioning batch closes at the latest this long after it opened.",
+    ),
+    s(
+        "launch-timeout",
+        "LAUNCH_TIMEOUT",
+        "5m",
+        Kind::Duration,
+        "A claim not launched this long after creation is deleted.",
+    ),
+    s(
+        "registration-timeout",
+        "REGISTRATION_TIMEOUT",
+        "15m",
+        Kind::Duration,
+        "A claim whose node has not registered this long after creation is deleted; pools override it with the karpenter.sh/nodeclaim-registration-timeout annotation.",
+    ),
+    s(
+        "nodeclaim-initialization-timeout",
+        "NODECLAIM_INITIALIZATION_TIMEOUT",
+        "Never",
+        Kind::OptionalDuration,
+        "A registered node not initialized this long after registration is deleted (off by default).",
+    ),
+    s(
+        "feature-gates",
+        "FEATURE_GATES",
+        "SpotToSpotConsolidation=false,NodeRepair=false,ReservedCapacity=true,NodeOverlay=false,StaticCapacity=false",
+        Kind::FeatureGates,
+        "Feature gates, as Name=true,Other=false.",
+    ),
+    s(
+        "consolidation-split-fallback",
+        "CONSOLIDATION_SPLIT_FALLBACK",
+        "false",
+        Kind::Bool,
+        "Let single-node consolidation replace one node with several cheaper ones (also raise max-consolidation-replacements).",
+    ),
+    s(
+        "max-consolidation-replacements",
+        "MAX_CONSOLIDATION_REPLACEMENTS",
+        "1",
+        Kind::Count,
+        "The most replacement claims one consolidation may create.",
+    ),
+    s(
+        "consolidation-split-max-attempts",
+        "CONSOLIDATION_SPLIT_MAX_ATTEMPTS",
+        "10",
+        Kind::Count,
+        "The most split re-simulations one disruption pass may run.",
+    ),
+    s(
+        "consolidation-split-min-savings",
+        "CONSOLIDATION_SPLIT_MIN_SAVINGS",
+        "5%",
+        Kind::Percent,
+        "A split must save at least this share of the candidate's price.",
+    ),
+    s(
+        "od-to-spot-consolidation",
+        "OD_TO_SPOT_CONSOLIDATION",
+        "true",
+        Kind::Bool,
+        "Retry an on-demand candidate's rejected replacement as spot-only in the zones whose spot price beats it.",
+    ),
+    s(
+        "spot-to-spot-min-instance-types",
+        "SPOT_TO_SPOT_MIN_INSTANCE_TYPES",
+        "15",
+        Kind::Count,
+        "Single-node spot-to-spot consolidation needs at least this many cheaper instance types, and launches with that many.",
+    ),
+    s(
+        "consolidation-replace-min-savings",
+        "CONSOLIDATION_REPLACE_MIN_SAVINGS",
+        "0%",
+        Kind::Percent,
+        "Every replace must save at least this share of the candidates' price.",
+    ),
+    s(
+        "disruption-poll-period",
+        "DISRUPTION_POLL_PERIOD",
+        "10s",
+        Kind::Duration,
+        "How often the disruption controller looks for commands.",
+    ),
+    s(
+        "command-validation-delay",
+        "COMMAND_VALIDATION_DELAY",
+        "15s",
+        Kind::Duration,
+        "How long a consolidation command settles before it is re-simulated against live state.",
+    ),
+    s(
+        "single-node-consolidation-timeout",
+        "SINGLE_NODE_CONSOLIDATION_TIMEOUT",
+        "3m",
+        Kind::Duration,
+        "How long single-node consolidation may search in one pass.",
+    ),
+    s(
+        "multi-node-consolidation-timeout",
+        "MULTI_NODE_CONSOLIDATION_TIMEOUT",
+        "1m",
+        Kind::Duration,
+        "How long multi-node consolidation may search in one pass.",
+    ),
+    s(
+        "unavailable-offerings-ttl",
+        "UNAVAILABLE_OFFERINGS_TTL",
+        "3m",
+        Kind::Duration,
+        "How long an offering that failed for lack of capacity stays out of scheduling.",
+    ),
+    s(
+        "orphan-instance-grace",
+        "ORPHAN_INSTANCE_GRACE",
+        "2m",
+        Kind::Duration,
+        "An instance the provider lists for this cluster without a claim is terminated after this long.",
+    ),
+    s(
+        "vanished-instance-grace",
+        "VANISHED_INSTANCE_GRACE",
+        "5m",
+        Kind::Duration,
+        "A launched, unregistered claim whose instance has vanished is reclaimed after this long (list-after-create consistency).",
+    ),
+    s(
+        "max-instance-types",
+        "MAX_INSTANCE_TYPES",
+        "600",
+        Kind::Count,
+        "The most instance-type options one claim carries to its provider.",
+    ),
+    s(
+        "preference-policy",
+        "PREFERENCE_POLICY",
+        "Respect",
+        Kind::OneOf(&["Respect", "Ignore"]),
+        "Whether scheduling honours preferred affinities and ScheduleAnyway spreads.",
+    ),
     s("log-level", "LOG_LEVEL", "info", Kind::OneOf(&["error", "warn", "info", "debug", "trace"]), "Log verbosity."),
 ];
 
@@ -268,7 +406,9 @@ pub struct Settings {
 
 impl Default for Settings {
     fn default() -> Self {
-        match Self::from_values(&SETTINGS.iter().map(|s| (s.key, s.default.to_owned(), Source::Default)).collect::<Vec<_>>()) {
+        match Self::from_values(
+            &SETTINGS.iter().map(|s| (s.key, s.default.to_owned(), Source::Default)).collect::<Vec<_>>(),
+        ) {
             Ok(s) => s,
             Err(e) => unreachable!("built-in defaults parse: {e}"),
         }
@@ -336,21 +476,26 @@ pub fn load(
             .add_source(File::from(path).required(true))
             .build()
             .map_err(|e| err(&shown, "file", e.to_string()))?;
-        let table = cfg.try_deserialize::<std::collections::HashMap<String, Value>>().map_err(|e| err(&shown, "file", e.to_string()))?;
+        let table = cfg
+            .try_deserialize::<std::collections::HashMap<String, Value>>()
+            .map_err(|e| err(&shown, "file", e.to_string()))?;
         for (key, value) in table {
             let spec = spec_for(&key).ok_or_else(|| err(&key, &shown, "unknown setting"))?;
             layered.insert(spec.key, (value_text(spec.key, &shown, value)?, Source::File));
         }
     }
 
-    let wanted: BTreeMap<String, String> = env.into_iter().filter(|(k, _)| SETTINGS.iter().any(|s| s.env == k)).collect();
+    let wanted: BTreeMap<String, String> =
+        env.into_iter().filter(|(k, _)| SETTINGS.iter().any(|s| s.env == k)).collect();
     if !wanted.is_empty() {
         let env_map: std::collections::HashMap<String, String> = wanted.into_iter().collect();
         let cfg = Config::builder()
             .add_source(Environment::default().source(Some(env_map)).try_parsing(false))
             .build()
             .map_err(|e| err("environment", "env", e.to_string()))?;
-        let table = cfg.try_deserialize::<std::collections::HashMap<String, Value>>().map_err(|e| err("environment", "env", e.to_string()))?;
+        let table = cfg
+            .try_deserialize::<std::collections::HashMap<String, Value>>()
+            .map_err(|e| err("environment", "env", e.to_string()))?;
         for (key, value) in table {
             if let Some(spec) = spec_for(&key) {
                 layered.insert(spec.key, (value_text(spec.env, "env", value)?, Source::Environment));
@@ -366,11 +511,8 @@ pub fn load(
     let values: Vec<(&'static str, String, Source)> =
         SETTINGS.iter().map(|s| (s.key, layered[s.key].0.clone(), layered[s.key].1)).collect();
     let settings = Settings::from_values(&values)?;
-    let resolved = SETTINGS
-        .iter()
-        .zip(values)
-        .map(|(spec, (_, value, source))| Resolved { spec: *spec, value, source })
-        .collect();
+    let resolved =
+        SETTINGS.iter().zip(values).map(|(spec, (_, value, source))| Resolved { spec: *spec, value, source }).collect();
     Ok(Loaded { settings, resolved })
 }
 
@@ -383,10 +525,13 @@ impl Settings {
     fn from_values(values: &[(&'static str, String, Source)]) -> Result<Self, SettingsError> {
         let get = |key: &str| -> (&SettingSpec, &str, Source) {
             let spec = spec_for(key).unwrap_or_else(|| unreachable!("{key} is a known setting"));
-            let (_, v, src) = values.iter().find(|(k, _, _)| *k == spec.key).unwrap_or_else(|| unreachable!("{key} resolved"));
+            let (_, v, src) =
+                values.iter().find(|(k, _, _)| *k == spec.key).unwrap_or_else(|| unreachable!("{key} resolved"));
             (spec, v.as_str(), *src)
         };
-        let name = |spec: &SettingSpec, src: Source| if src == Source::Environment { spec.env } else { spec.key };
+        let name = |spec: &SettingSpec, src: Source| {
+            if src == Source::Environment { spec.env } else { spec.key }
+        };
         let duration = |key: &str| {
             let (spec, v, src) = get(key);
             parse_duration(v).map_err(|e| err(name(spec, src), src, e))
@@ -397,7 +542,9 @@ impl Settings {
         };
         let count = |key: &str| {
             let (spec, v, src) = get(key);
-            v.trim().parse::<u32>().map_err(|_| err(name(spec, src), src, format!("{v:?} is not a non-negative integer")))
+            v.trim()
+                .parse::<u32>()
+                .map_err(|_| err(name(spec, src), src, format!("{v:?} is not a non-negative integer")))
         };
         let percent = |key: &str| {
             let (spec, v, src) = get(key);
@@ -407,7 +554,9 @@ impl Settings {
             let (spec, v, src) = get(key);
             match spec.kind {
                 Kind::OneOf(options) if options.contains(&v.trim()) => Ok(v.trim().to_owned()),
-                Kind::OneOf(options) => Err(err(name(spec, src), src, format!("{v:?} is not one of {}", options.join(", ")))),
+                Kind::OneOf(options) => {
+                    Err(err(name(spec, src), src, format!("{v:?} is not one of {}", options.join(", "))))
+                }
                 _ => Ok(v.to_owned()),
             }
         };
@@ -494,7 +643,11 @@ mod tests {
         .unwrap();
         let loaded = load(
             Some(&file),
-            env(&[("SPOT_TO_SPOT_MIN_INSTANCE_TYPES", "7"), ("NODECLAIM_INITIALIZATION_TIMEOUT", "30m"), ("PATH", "/bin")]),
+            env(&[
+                ("SPOT_TO_SPOT_MIN_INSTANCE_TYPES", "7"),
+                ("NODECLAIM_INITIALIZATION_TIMEOUT", "30m"),
+                ("PATH", "/bin"),
+            ]),
             &[("spot-to-spot-min-instance-types".into(), "9".into())],
         )
         .unwrap();
@@ -514,7 +667,8 @@ mod tests {
 
     #[test]
     fn feature_gates_parse_name_value_lists() {
-        let loaded = load(None, env(&[("FEATURE_GATES", "SpotToSpotConsolidation=true, NodeRepair=true")]), &[]).unwrap();
+        let loaded =
+            load(None, env(&[("FEATURE_GATES", "SpotToSpotConsolidation=true, NodeRepair=true")]), &[]).unwrap();
         assert!(loaded.settings.feature_gates.spot_to_spot_consolidation());
         assert!(loaded.settings.feature_gates.node_repair());
         assert!(loaded.settings.feature_gates.enabled("ReservedCapacity"), "unnamed gates keep their defaults");

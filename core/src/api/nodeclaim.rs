@@ -27,6 +27,7 @@ fn default_expire_after() -> NillableDuration {
     kind = "NodeClaim",
     plural = "nodeclaims",
     shortname = "nc",
+    derive = "PartialEq",
     status = "NodeClaimStatus",
     doc = "A NodeClaim is a request for one node: its requirements list the acceptable instance types, zones and capacity types.",
     printcolumn = r#"{"name":"Type","type":"string","jsonPath":".metadata.labels.node\\.kubernetes\\.io/instance-type"}"#,

@@ -27,6 +27,7 @@ use super::requirements::NodeSelectorRequirement;
     kind = "NodePool",
     plural = "nodepools",
     shortname = "np",
+    derive = "PartialEq",
     status = "NodePoolStatus",
     doc = "A NodePool sets constraints on the nodes tenon creates and the pods that can run on them.",
     printcolumn = r#"{"name":"NodeClass","type":"string","jsonPath":".spec.template.spec.nodeClassRef.name"}"#,
@@ -264,7 +265,8 @@ pub enum BudgetNodes {
 impl FromStr for BudgetNodes {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let err = || format!("invalid value {s:?}: expected a count such as \"5\" or a percentage from \"0%\" to \"100%\"");
+        let err =
+            || format!("invalid value {s:?}: expected a count such as \"5\" or a percentage from \"0%\" to \"100%\"");
         if let Some(p) = s.strip_suffix('%') {
             let pct: u64 = p.parse().map_err(|_| err())?;
             if pct > 100 || p.starts_with('+') {

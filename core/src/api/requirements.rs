@@ -42,7 +42,11 @@ pub struct NodeSelectorRequirement {
 
 impl NodeSelectorRequirement {
     /// A requirement without `minValues`.
-    pub fn new(key: impl Into<String>, operator: Operator, values: impl IntoIterator<Item = impl Into<String>>) -> Self {
+    pub fn new(
+        key: impl Into<String>,
+        operator: Operator,
+        values: impl IntoIterator<Item = impl Into<String>>,
+    ) -> Self {
         Self { key: key.into(), operator, values: values.into_iter().map(Into::into).collect(), min_values: None }
     }
 

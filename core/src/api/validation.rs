@@ -49,17 +49,25 @@ fn object_name(kind: &str, value: &serde_json::Value) -> String {
 pub(crate) fn from_value<T: DeserializeOwned>(kind: &str, value: &serde_json::Value) -> Result<T, ValidationError> {
     serde_path_to_error::deserialize(value).map_err(|e| {
         let field = e.path().to_string();
-        ValidationError::new(&object_name(kind, value), if field == "." { String::new() } else { field }, e.into_inner().to_string())
+        ValidationError::new(
+            &object_name(kind, value),
+            if field == "." { String::new() } else { field },
+            e.into_inner().to_string(),
+        )
     })
 }
 
 fn parse_document(kind: &str, text: &str) -> Result<serde_json::Value, ValidationError> {
-    let value: serde_json::Value =
-        serde_yaml_ng::from_str(text).map_err(|e| ValidationError::new(kind, "", format!("not a YAML document: {e}")))?;
+    let value: serde_json::Value = serde_yaml_ng::from_str(text)
+        .map_err(|e| ValidationError::new(kind, "", format!("not a YAML document: {e}")))?;
     let object = object_name(kind, &value);
     let api_version = value.get("apiVersion").and_then(|v| v.as_str()).unwrap_or_default();
     if api_version != "karpenter.sh/v1" {
-        return Err(ValidationError::new(&object, "apiVersion", format!("expected \"karpenter.sh/v1\", got {api_version:?}")));
+        return Err(ValidationError::new(
+            &object,
+            "apiVersion",
+            format!("expected \"karpenter.sh/v1\", got {api_version:?}"),
+        ));
     }
     let got_kind = value.get("kind").and_then(|v| v.as_str()).unwrap_or_default();
     if got_kind != kind {
@@ -120,19 +128,35 @@ fn validate_requirements(object: &str, path: &str, reqs: &[NodeSelectorRequireme
             return Err(ValidationError::new(object, format!("{field}.key"), format!("invalid label key {:?}", r.key)));
         }
         if labels::normalize(&r.key) == labels::HOSTNAME {
-            return Err(ValidationError::new(object, format!("{field}.key"), format!("label {:?} is restricted", r.key)));
+            return Err(ValidationError::new(
+                object,
+                format!("{field}.key"),
+                format!("label {:?} is restricted", r.key),
+            ));
         }
         match r.operator {
             Operator::In | Operator::NotIn if r.values.is_empty() => {
-                return Err(ValidationError::new(object, format!("{field}.values"), format!("operator {:?} needs at least one value", r.operator)));
+                return Err(ValidationError::new(
+                    object,
+                    format!("{field}.values"),
+                    format!("operator {:?} needs at least one value", r.operator),
+                ));
             }
             Operator::Exists | Operator::DoesNotExist if !r.values.is_empty() => {
-                return Err(ValidationError::new(object, format!("{field}.values"), format!("operator {:?} takes no values", r.operator)));
+                return Err(ValidationError::new(
+                    object,
+                    format!("{field}.values"),
+                    format!("operator {:?} takes no values", r.operator),
+                ));
             }
-            Operator::Gt | Operator::Lt | Operator::Gte | Operator::Lte => {
-                if r.values.len() != 1 || r.values[0].parse::<i64>().is_err() {
-                    return Err(ValidationError::new(object, format!("{field}.values"), format!("operator {:?} needs exactly one integer value", r.operator)));
-                }
+            Operator::Gt | Operator::Lt | Operator::Gte | Operator::Lte
+                if r.values.len() != 1 || r.values[0].parse::<i64>().is_err() =>
+            {
+                return Err(ValidationError::new(
+                    object,
+                    format!("{field}.values"),
+                    format!("operator {:?} needs exactly one integer value", r.operator),
+                ));
             }
             _ => {}
         }
@@ -141,7 +165,11 @@ fn validate_requirements(object: &str, path: &str, reqs: &[NodeSelectorRequireme
         }
         if let Some(min) = r.min_values {
             if !(1..=50).contains(&min) {
-                return Err(ValidationError::new(object, format!("{field}.minValues"), format!("must be between 1 and 50, got {min}")));
+                return Err(ValidationError::new(
+                    object,
+                    format!("{field}.minValues"),
+                    format!("must be between 1 and 50, got {min}"),
+                ));
             }
             if r.operator == Operator::In && min as usize > r.values.len() {
                 return Err(ValidationError::new(
@@ -158,7 +186,11 @@ fn validate_requirements(object: &str, path: &str, reqs: &[NodeSelectorRequireme
 fn validate_taints(object: &str, path: &str, taints: &[Taint]) -> Result<(), ValidationError> {
     for (i, t) in taints.iter().enumerate() {
         if !is_qualified_name(&t.key) {
-            return Err(ValidationError::new(object, format!("{path}[{i}].key"), format!("invalid taint key {:?}", t.key)));
+            return Err(ValidationError::new(
+                object,
+                format!("{path}[{i}].key"),
+                format!("invalid taint key {:?}", t.key),
+            ));
         }
         if !matches!(t.effect.as_str(), "NoSchedule" | "PreferNoSchedule" | "NoExecute") {
             return Err(ValidationError::new(
@@ -196,7 +228,11 @@ impl NodePool {
         if let Some(r) = &t.spec.node_class_ref {
             for (field, v) in [("group", &r.group), ("kind", &r.kind), ("name", &r.name)] {
                 if v.is_empty() {
-                    return Err(ValidationError::new(object, format!("spec.template.spec.nodeClassRef.{field}"), "must not be empty"));
+                    return Err(ValidationError::new(
+                        object,
+                        format!("spec.template.spec.nodeClassRef.{field}"),
+                        "must not be empty",
+                    ));
                 }
             }
         }
@@ -208,10 +244,18 @@ impl NodePool {
                     parse_schedule(s).map_err(|e| ValidationError::new(object, format!("{field}.schedule"), e))?;
                 }
                 (Some(_), None) => {
-                    return Err(ValidationError::new(object, format!("{field}.duration"), "a schedule needs a duration"));
+                    return Err(ValidationError::new(
+                        object,
+                        format!("{field}.duration"),
+                        "a schedule needs a duration",
+                    ));
                 }
                 (None, Some(_)) => {
-                    return Err(ValidationError::new(object, format!("{field}.schedule"), "a duration needs a schedule"));
+                    return Err(ValidationError::new(
+                        object,
+                        format!("{field}.schedule"),
+                        "a duration needs a schedule",
+                    ));
                 }
                 (None, None) => {}
             }
@@ -226,12 +270,20 @@ impl NodePool {
                 Resources::parse_quantity(k, &q.0)
                     .map_err(|e| ValidationError::new(object, format!("spec.limits[{k:?}]"), e.to_string()))?;
             } else if q.0.parse::<u64>().is_err() {
-                return Err(ValidationError::new(object, "spec.limits[\"nodes\"]", format!("invalid node count {:?}", q.0)));
+                return Err(ValidationError::new(
+                    object,
+                    "spec.limits[\"nodes\"]",
+                    format!("invalid node count {:?}", q.0),
+                ));
             }
         }
         if let Some(timeout) = self.annotation(labels::NODECLAIM_REGISTRATION_TIMEOUT) {
             super::duration::parse_duration(timeout).map_err(|e| {
-                ValidationError::new(object, format!("metadata.annotations[{:?}]", labels::NODECLAIM_REGISTRATION_TIMEOUT), e)
+                ValidationError::new(
+                    object,
+                    format!("metadata.annotations[{:?}]", labels::NODECLAIM_REGISTRATION_TIMEOUT),
+                    e,
+                )
             })?;
         }
         if let Some(policy) = self.packing_policy()

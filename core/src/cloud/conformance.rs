@@ -185,10 +185,19 @@ pub async fn catalog_sanity(h: &dyn Harness) -> CheckResult {
                 return Err(fail(CHECK, format!("{}: an offering has no zone", it.name)));
             }
             if !o.price.is_finite() || o.price < 0.0 {
-                return Err(fail(CHECK, format!("{}/{}/{}: price {} is not a finite non-negative number", it.name, o.zone, o.capacity_type, o.price)));
+                return Err(fail(
+                    CHECK,
+                    format!(
+                        "{}/{}/{}: price {} is not a finite non-negative number",
+                        it.name, o.zone, o.capacity_type, o.price
+                    ),
+                ));
             }
             if o.capacity_type == CapacityType::Reserved && o.reservation_capacity.is_none() {
-                return Err(fail(CHECK, format!("{}/{}: a reserved offering has no reservation capacity", it.name, o.zone)));
+                return Err(fail(
+                    CHECK,
+                    format!("{}/{}: a reserved offering has no reservation capacity", it.name, o.zone),
+                ));
             }
         }
     }
@@ -199,7 +208,8 @@ fn check_instance(check: &'static str, i: &Instance, offering: &OfferingKey) -> 
     if i.provider_id.is_empty() {
         return Err(fail(check, "the instance has no provider id"));
     }
-    if i.instance_type != offering.instance_type || i.zone != offering.zone || i.capacity_type != offering.capacity_type {
+    if i.instance_type != offering.instance_type || i.zone != offering.zone || i.capacity_type != offering.capacity_type
+    {
         return Err(fail(
             check,
             format!("asked for {offering}, got {}/{}/{}", i.instance_type, i.zone, i.capacity_type),
@@ -214,7 +224,8 @@ pub async fn create_get_list_delete(h: &dyn Harness) -> CheckResult {
     let p = h.provider();
     let offering = launchable_offering(h, CHECK).await?;
     let claim = pinned_claim(h, &offering);
-    let created = p.create(&claim, &LaunchOptions::default()).await.map_err(|e| fail(CHECK, format!("create failed: {e}")))?;
+    let created =
+        p.create(&claim, &LaunchOptions::default()).await.map_err(|e| fail(CHECK, format!("create failed: {e}")))?;
     check_instance(CHECK, &created, &offering)?;
     let got = p.get(&created.provider_id).await.map_err(|e| fail(CHECK, format!("get after create failed: {e}")))?;
     check_instance(CHECK, &got, &offering)?;
@@ -226,8 +237,12 @@ pub async fn create_get_list_delete(h: &dyn Harness) -> CheckResult {
     delete_until_gone(h, &claim, CHECK).await?;
     match p.get(&created.provider_id).await {
         Err(e) if e.is_not_found() => {}
-        Err(e) => return Err(fail(CHECK, format!("get after delete: expected NotFound, got {e}"))),
-        Ok(i) => return Err(fail(CHECK, format!("get after delete returned {:?}", i.state))),
+        Err(e) => {
+            return Err(fail(CHECK, format!("get after delete: expected NotFound, got {e}")));
+        }
+        Ok(i) => {
+            return Err(fail(CHECK, format!("get after delete returned {:?}", i.state)));
+        }
     }
     let listed = p.list().await.map_err(|e| fail(CHECK, format!("list failed: {e}")))?;
     if listed.iter().any(|i| i.provider_id == created.provider_id) {
@@ -244,16 +259,24 @@ pub async fn delete_is_idempotent(h: &dyn Harness) -> CheckResult {
     let never_launched = pinned_claim(h, &offering);
     match p.delete(&never_launched).await {
         Err(e) if e.is_not_found() => {}
-        other => return Err(fail(CHECK, format!("delete of a claim that never launched: expected NotFound, got {other:?}"))),
+        other => {
+            return Err(fail(
+                CHECK,
+                format!("delete of a claim that never launched: expected NotFound, got {other:?}"),
+            ));
+        }
     }
     let claim = pinned_claim(h, &offering);
-    let created = p.create(&claim, &LaunchOptions::default()).await.map_err(|e| fail(CHECK, format!("create failed: {e}")))?;
+    let created =
+        p.create(&claim, &LaunchOptions::default()).await.map_err(|e| fail(CHECK, format!("create failed: {e}")))?;
     let claim = with_provider_id(claim, &created.provider_id);
     delete_until_gone(h, &claim, CHECK).await?;
     for _ in 0..2 {
         match p.delete(&claim).await {
             Err(e) if e.is_not_found() => {}
-            other => return Err(fail(CHECK, format!("repeated delete: expected NotFound, got {other:?}"))),
+            other => {
+                return Err(fail(CHECK, format!("repeated delete: expected NotFound, got {other:?}")));
+            }
         }
     }
     Ok(())

@@ -474,7 +474,8 @@ impl CloudProvider for FakeCloud {
                 continue;
             }
             for (oi, o) in it.offerings.iter().enumerate() {
-                let reserved_full = o.capacity_type == CapacityType::Reserved && o.reservation_capacity.unwrap_or(0) == 0;
+                let reserved_full =
+                    o.capacity_type == CapacityType::Reserved && o.reservation_capacity.unwrap_or(0) == 0;
                 if o.available
                     && !reserved_full
                     && !options.is_unavailable(&o.key(&it.name))
@@ -564,7 +565,12 @@ impl CloudProvider for FakeCloud {
         };
         st.instances.insert(
             provider_id,
-            Stored { instance: instance.clone(), cluster: self.cluster.clone(), claim_uid: uid, terminating_since: None },
+            Stored {
+                instance: instance.clone(),
+                cluster: self.cluster.clone(),
+                claim_uid: uid,
+                terminating_since: None,
+            },
         );
         Ok(instance)
     }

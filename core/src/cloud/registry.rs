@@ -22,7 +22,9 @@ pub enum RegistryError {
         registered: String,
     },
     /// The object names no NodeClass and more than one provider is registered.
-    #[error("{object}: spec.template.spec.nodeClassRef is required when several providers are registered ({registered})")]
+    #[error(
+        "{object}: spec.template.spec.nodeClassRef is required when several providers are registered ({registered})"
+    )]
     Ambiguous {
         /// `NodePool/name` or `NodeClaim/name`.
         object: String,
@@ -102,10 +104,11 @@ impl ProviderRegistry {
         match class {
             Some(r) => {
                 let kind = NodeClassKind::new(r.group.clone(), r.kind.clone());
-                self.by_kind
-                    .get(&kind)
-                    .map(|&i| &self.providers[i])
-                    .ok_or_else(|| RegistryError::UnknownNodeClass { object, kind, registered: self.registered() })
+                self.by_kind.get(&kind).map(|&i| &self.providers[i]).ok_or_else(|| RegistryError::UnknownNodeClass {
+                    object,
+                    kind,
+                    registered: self.registered(),
+                })
             }
             None => match self.providers.as_slice() {
                 [only] => Ok(only),
@@ -142,8 +145,10 @@ mod tests {
     #[test]
     fn routes_by_group_and_kind_and_rejects_unknown_kinds_per_pool() {
         let mut reg = ProviderRegistry::new();
-        reg.register(FakeCloud::builder().name("metal").node_class("tenon.dev", "SelfManagedNodeClass").build()).unwrap();
-        reg.register(FakeCloud::builder().name("cloud").node_class("karpenter.k8s.aws", "EC2NodeClass").build()).unwrap();
+        reg.register(FakeCloud::builder().name("metal").node_class("tenon.dev", "SelfManagedNodeClass").build())
+            .unwrap();
+        reg.register(FakeCloud::builder().name("cloud").node_class("karpenter.k8s.aws", "EC2NodeClass").build())
+            .unwrap();
         let metal = pool("gpu-owned", Some(("tenon.dev", "SelfManagedNodeClass")));
         let cloud = pool("gpu-burst", Some(("karpenter.k8s.aws", "EC2NodeClass")));
         assert_eq!(reg.for_pool(&metal).unwrap().name(), "metal");

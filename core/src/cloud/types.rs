@@ -102,7 +102,14 @@ fn default_true() -> bool {
 impl Offering {
     /// An available offering without a reservation.
     pub fn new(zone: impl Into<String>, capacity_type: CapacityType, price: f64) -> Self {
-        Self { zone: zone.into(), capacity_type, price, available: true, reservation_id: None, reservation_capacity: None }
+        Self {
+            zone: zone.into(),
+            capacity_type,
+            price,
+            available: true,
+            reservation_id: None,
+            reservation_capacity: None,
+        }
     }
 
     /// The offering's key for `instance_type`.

@@ -87,9 +87,7 @@ impl UnavailableOfferings {
         let entries = self.entries.lock().unwrap_or_else(PoisonError::into_inner);
         let mut unavailable: Vec<OfferingKey> = entries
             .iter()
-            .filter(|(k, until)| {
-                k.provider == provider && **until > now && !ignore.contains(&k.offering.capacity_type)
-            })
+            .filter(|(k, until)| k.provider == provider && **until > now && !ignore.contains(&k.offering.capacity_type))
             .map(|(k, _)| k.offering.clone())
             .collect();
         unavailable.sort();
@@ -131,7 +129,10 @@ mod tests {
                 labels: Default::default(),
                 capacity: Resources::ZERO,
                 overhead: Default::default(),
-                offerings: vec![Offering::new("a", CapacityType::Spot, 0.03), Offering::new("a", CapacityType::OnDemand, 0.096)],
+                offerings: vec![
+                    Offering::new("a", CapacityType::Spot, 0.03),
+                    Offering::new("a", CapacityType::OnDemand, 0.096),
+                ],
             }]
         };
         let mut types = mk();

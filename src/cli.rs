@@ -1,0 +1,124 @@
+//! The `tenon` command line.
+
+use std::ffi::OsString;
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{Context, Result, bail};
+use clap::{Parser, Subcommand};
+use tenon_core::settings::{self, Loaded};
+
+use crate::Operator;
+
+/// tenon: a Kubernetes node autoscaler, API-compatible with Karpenter.
+#[derive(Debug, Parser)]
+#[command(name = "tenon", version, about, long_about = None)]
+pub struct Cli {
+    /// A settings file (YAML, TOML or JSON); see `tenon settings`.
+    #[arg(long, global = true, value_name = "FILE")]
+    config: Option<PathBuf>,
+
+    /// Overrides a setting, e.g. `--set max-consolidation-replacements=3` (repeatable).
+    #[arg(long = "set", global = true, value_name = "KEY=VALUE", value_parser = parse_key_value)]
+    set: Vec<(String, String)>,
+
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Print the CustomResourceDefinitions of NodePool and NodeClaim.
+    Crds,
+    /// Print every setting with its value, where the value came from, and what it does.
+    Settings,
+    /// List the providers this binary carries and the NodeClass kinds they serve.
+    Providers,
+    /// Show what tenon would do to a cluster snapshot, and why.
+    Plan {
+        /// Snapshot files.
+        files: Vec<PathBuf>,
+    },
+    /// Run a workload scenario in virtual time and report what the fleet cost.
+    Simulate {
+        /// The scenario file.
+        scenario: Option<PathBuf>,
+    },
+    /// Run the operator against a cluster.
+    Run,
+}
+
+fn parse_key_value(s: &str) -> Result<(String, String), String> {
+    s.split_once('=').map(|(k, v)| (k.trim().to_owned(), v.to_owned())).ok_or_else(|| format!("{s:?} is not KEY=VALUE"))
+}
+
+pub(crate) fn run<I, T>(operator: Operator, args: I) -> ExitCode
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
+    let cli = match Cli::try_parse_from(args) {
+        Ok(cli) => cli,
+        Err(e) => {
+            let _ = e.print();
+            return if e.use_stderr() { ExitCode::from(2) } else { ExitCode::SUCCESS };
+        }
+    };
+    match execute(operator, cli) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn load_settings(cli: &Cli) -> Result<Loaded> {
+    Ok(settings::load_from_process(cli.config.as_deref(), &cli.set)?)
+}
+
+fn execute(operator: Operator, cli: Cli) -> Result<ExitCode> {
+    let mut out = std::io::stdout().lock();
+    match &cli.command {
+        Command::Crds => {
+            write!(out, "{}", tenon_core::api::crds_yaml().context("rendering the CRDs")?)?;
+        }
+        Command::Settings => {
+            let loaded = load_settings(&cli)?;
+            print_settings(&mut out, &loaded)?;
+        }
+        Command::Providers => {
+            let registry = operator.registry()?;
+            if registry.providers().is_empty() {
+                writeln!(out, "no providers are built into this binary")?;
+            }
+            for p in registry.providers() {
+                let kinds: Vec<String> = p.descriptor().node_classes.iter().map(ToString::to_string).collect();
+                writeln!(out, "{:<16} {}", p.name(), kinds.join(", "))?;
+            }
+        }
+        Command::Plan { .. } => bail!("`tenon plan` is not built yet"),
+        Command::Simulate { .. } => bail!("`tenon simulate` is not built yet"),
+        Command::Run => bail!("`tenon run` is not built yet"),
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn print_settings(out: &mut impl Write, loaded: &Loaded) -> Result<()> {
+    let key_width = loaded.resolved.iter().map(|r| r.spec.key.len()).max().unwrap_or(0);
+    let value_width = loaded.resolved.iter().map(|r| r.value.len().min(40)).max().unwrap_or(0);
+    writeln!(out, "{:<key_width$}  {:<value_width$}  {:<7}  MEANING", "SETTING", "VALUE", "SOURCE")?;
+    for r in &loaded.resolved {
+        writeln!(
+            out,
+            "{:<key_width$}  {:<value_width$}  {:<7}  {}",
+            r.spec.key,
+            r.value,
+            r.source.to_string(),
+            r.spec.doc
+        )?;
+        writeln!(out, "{:<key_width$}  {:<value_width$}           env: {}", "", "", r.spec.env)?;
+    }
+    Ok(())
+}

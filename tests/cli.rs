@@ -1,0 +1,88 @@
+//! The `tenon` binary's commands, run as a user runs them.
+
+use std::process::{Command, Output};
+
+fn tenon(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_tenon"));
+    cmd.args(args);
+    for spec in tenon_core::settings::SETTINGS {
+        cmd.env_remove(spec.env);
+    }
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.output().unwrap_or_else(|e| panic!("the tenon binary does not run: {e}"))
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+#[test]
+fn crds_prints_both_custom_resource_definitions() {
+    let out = tenon(&["crds"], &[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let docs: Vec<serde_json::Value> =
+        stdout(&out).split("---\n").map(|d| serde_yaml_ng::from_str(d).expect("valid YAML")).collect();
+    let names: Vec<&str> = docs.iter().filter_map(|d| d["metadata"]["name"].as_str()).collect();
+    assert_eq!(names, ["nodepools.karpenter.sh", "nodeclaims.karpenter.sh"]);
+}
+
+#[test]
+fn settings_shows_value_and_source_from_every_layer() {
+    let dir = std::env::temp_dir().join(format!("tenon-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("settings.toml");
+    std::fs::write(&file, "consolidation-split-max-attempts = 4\n").unwrap();
+    let out = tenon(
+        &["settings", "--config", file.to_str().unwrap(), "--set", "max-consolidation-replacements=3"],
+        &[("CONSOLIDATION_SPLIT_FALLBACK", "true")],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    let row = |key: &str| {
+        text.lines()
+            .find(|l| l.split_whitespace().next() == Some(key))
+            .unwrap_or_else(|| panic!("no row for {key} in:\n{text}"))
+            .split_whitespace()
+            .take(3)
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    assert_eq!(row("max-consolidation-replacements"), "max-consolidation-replacements 3 flag");
+    assert_eq!(row("consolidation-split-fallback"), "consolidation-split-fallback true env");
+    assert_eq!(row("consolidation-split-max-attempts"), "consolidation-split-max-attempts 4 file");
+    assert_eq!(row("spot-to-spot-min-instance-types"), "spot-to-spot-min-instance-types 15 default");
+    assert!(text.contains("NODECLAIM_INITIALIZATION_TIMEOUT"));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_bad_setting_is_an_error_naming_the_key() {
+    let out = tenon(&["settings"], &[("SPOT_TO_SPOT_MIN_INSTANCE_TYPES", "many")]);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("SPOT_TO_SPOT_MIN_INSTANCE_TYPES"), "{}", stderr(&out));
+    assert!(stdout(&out).is_empty(), "nothing is printed from half-read settings");
+}
+
+#[test]
+fn commands_not_built_yet_say_so_and_fail() {
+    for cmd in ["plan", "simulate", "run"] {
+        let out = tenon(&[cmd], &[]);
+        assert!(!out.status.success(), "{cmd}");
+        assert!(stderr(&out).contains("not built yet"), "{cmd}: {}", stderr(&out));
+    }
+}
+
+#[test]
+fn help_lists_the_commands() {
+    let out = tenon(&["--help"], &[]);
+    assert!(out.status.success());
+    for cmd in ["crds", "settings", "plan", "simulate", "run"] {
+        assert!(stdout(&out).contains(cmd), "{cmd}");
+    }
+}
