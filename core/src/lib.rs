@@ -13,6 +13,7 @@
 //! - [`resources`]: compact resource vectors (millicores, bytes, pods and extended resources);
 //! - [`clock`]: the clock every controller takes, real or virtual;
 //! - [`settings`]: the operator's settings, layered defaults < file < environment < flags.
+//! - [`snapshot`]: cluster snapshots (Kubernetes objects and instance catalogs) read from YAML files.
 //!
 //! ## Cargo features
 //!
@@ -24,3 +25,4 @@ pub mod clock;
 pub mod cloud;
 pub mod resources;
 pub mod settings;
+pub mod snapshot;

@@ -1,0 +1,1 @@
+//! Cluster snapshots read from YAML files.
