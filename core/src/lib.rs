@@ -10,6 +10,8 @@
 //!   the core matches on ([`cloud::CloudError`]), the [`cloud::ProviderRegistry`] that routes NodePools to
 //!   providers, the unavailable-offerings cache, the in-memory [`cloud::fake::FakeCloud`] and (behind the
 //!   `conformance` feature) the public conformance suite;
+//! - [`scheduling`]: the scheduling simulation (requirements algebra, taints, topology, DaemonSet
+//!   overhead, packing) shared by provisioning and consolidation;
 //! - [`resources`]: compact resource vectors (millicores, bytes, pods and extended resources);
 //! - [`clock`]: the clock every controller takes, real or virtual;
 //! - [`settings`]: the operator's settings, layered defaults < file < environment < flags.
@@ -24,5 +26,6 @@ pub mod api;
 pub mod clock;
 pub mod cloud;
 pub mod resources;
+pub mod scheduling;
 pub mod settings;
 pub mod snapshot;

@@ -136,6 +136,11 @@ impl Resources {
     /// The zero vector.
     pub const ZERO: Self = Self { v: [0; SLOTS] };
 
+    /// A vector with every entry set to `value`.
+    pub const fn splat(value: i64) -> Self {
+        Self { v: [value; SLOTS] }
+    }
+
     /// A vector with CPU (millicores) and memory (bytes) set.
     pub fn cpu_memory(cpu_millis: i64, memory_bytes: i64) -> Self {
         let mut r = Self::ZERO;

@@ -1,0 +1,549 @@
+//! The scheduling view of a pod: requests, node requirements, tolerations, host ports, topology spread and
+//! pod (anti-)affinity, converted once from the Kubernetes object.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{
+    Container, NodeSelectorTerm, Pod, PodAffinityTerm, PodSpec, Toleration, TopologySpreadConstraint,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+
+use super::requirements::{Requirement, Requirements};
+use crate::api::{Operator, labels};
+use crate::resources::{ResourceError, ResourceName, Resources};
+
+/// A label selector, compiled.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
+pub struct Selector {
+    match_labels: Vec<(String, String)>,
+    expressions: Vec<(String, Operator, Vec<String>)>,
+    /// A nil selector matches nothing (Kubernetes semantics for affinity terms).
+    nothing: bool,
+}
+
+impl Selector {
+    /// Compiles a Kubernetes label selector (`None` selects nothing).
+    pub fn from_label_selector(sel: Option<&LabelSelector>) -> Self {
+        let Some(sel) = sel else {
+            return Self { nothing: true, ..Self::default() };
+        };
+        let mut match_labels: Vec<(String, String)> =
+            sel.match_labels.iter().flatten().map(|(k, v)| (k.clone(), v.clone())).collect();
+        match_labels.sort();
+        let mut expressions: Vec<(String, Operator, Vec<String>)> = sel
+            .match_expressions
+            .iter()
+            .flatten()
+            .map(|e| {
+                let op = match e.operator.as_str() {
+                    "In" => Operator::In,
+                    "NotIn" => Operator::NotIn,
+                    "Exists" => Operator::Exists,
+                    _ => Operator::DoesNotExist,
+                };
+                let mut values = e.values.clone().unwrap_or_default();
+                values.sort();
+                (e.key.clone(), op, values)
+            })
+            .collect();
+        expressions.sort();
+        Self { match_labels, expressions, nothing: false }
+    }
+
+    /// A selector matching exactly these labels.
+    pub fn labels(pairs: &[(&str, &str)]) -> Self {
+        let mut match_labels: Vec<(String, String)> = pairs.iter().map(|(k, v)| ((*k).into(), (*v).into())).collect();
+        match_labels.sort();
+        Self { match_labels, expressions: Vec::new(), nothing: false }
+    }
+
+    /// Whether the selector matches `pod_labels`.
+    pub fn matches(&self, pod_labels: &BTreeMap<String, String>) -> bool {
+        if self.nothing {
+            return false;
+        }
+        self.match_labels.iter().all(|(k, v)| pod_labels.get(k) == Some(v))
+            && self.expressions.iter().all(|(k, op, values)| {
+                let v = pod_labels.get(k);
+                match op {
+                    Operator::In => v.is_some_and(|v| values.contains(v)),
+                    Operator::NotIn => v.is_none_or(|v| !values.contains(v)),
+                    Operator::Exists => v.is_some(),
+                    _ => v.is_none(),
+                }
+            })
+    }
+}
+
+/// Which kind of topology constraint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum TopologyKind {
+    /// `topologySpreadConstraints`.
+    Spread,
+    /// Pod affinity: land where matching pods are.
+    Affinity,
+    /// Pod anti-affinity: land where matching pods are not.
+    AntiAffinity,
+}
+
+/// One topology constraint of a pod, in a form shared by every pod with the same constraint.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct TopologyTerm {
+    /// Spread, affinity or anti-affinity.
+    pub kind: TopologyKind,
+    /// The topology key (`topology.kubernetes.io/zone`, `kubernetes.io/hostname`, …).
+    pub key: String,
+    /// Which pods are counted.
+    pub selector: Selector,
+    /// The namespaces whose pods are counted.
+    pub namespaces: Vec<String>,
+    /// Spread: the largest allowed difference between domains.
+    pub max_skew: i32,
+    /// Spread: below this many domains the global minimum is taken as zero.
+    pub min_domains: Option<i32>,
+    /// Spread: whether only domains compatible with the pod's node requirements count (`Honor`, the
+    /// default) or all of them (`Ignore`).
+    pub honor_node_affinity: bool,
+}
+
+/// A host port a pod binds.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct HostPort {
+    /// Host IP (`0.0.0.0` when unset).
+    pub ip: String,
+    /// Port.
+    pub port: i32,
+    /// Protocol (`TCP` when unset).
+    pub protocol: String,
+}
+
+impl HostPort {
+    /// Whether two bindings collide (same port and protocol, and the same IP or a wildcard).
+    pub fn conflicts(&self, other: &Self) -> bool {
+        self.port == other.port
+            && self.protocol == other.protocol
+            && (self.ip == other.ip || self.ip == "0.0.0.0" || other.ip == "0.0.0.0")
+    }
+}
+
+/// Everything the scheduler needs to know about one pod.
+#[derive(Debug, Clone)]
+pub struct PodInfo {
+    /// `namespace/name`.
+    pub key: String,
+    /// The namespace.
+    pub namespace: String,
+    /// The pod's labels.
+    pub labels: BTreeMap<String, String>,
+    /// The pod's annotations.
+    pub annotations: BTreeMap<String, String>,
+    /// Resource requests, computed the way the kubelet does, with `pods: 1`.
+    pub requests: Resources,
+    /// `nodeSelector`.
+    pub node_selector: Requirements,
+    /// Required node affinity: OR-ed terms (empty: none).
+    pub required_terms: Vec<Requirements>,
+    /// Preferred node affinity terms, heaviest first.
+    pub preferred_terms: Vec<(i32, Requirements)>,
+    /// Tolerations.
+    pub tolerations: Vec<Toleration>,
+    /// Host ports.
+    pub host_ports: Vec<HostPort>,
+    /// Hard constraints: `DoNotSchedule` spreads and required (anti-)affinity.
+    pub topology: Vec<TopologyTerm>,
+    /// `ScheduleAnyway` spreads, relaxed one at a time.
+    pub soft_spreads: Vec<TopologyTerm>,
+    /// Preferred pod affinity, heaviest first.
+    pub preferred_affinity: Vec<(i32, TopologyTerm)>,
+    /// Preferred pod anti-affinity, heaviest first.
+    pub preferred_anti_affinity: Vec<(i32, TopologyTerm)>,
+    /// Pod priority.
+    pub priority: i32,
+    /// The node the pod is bound to, if any.
+    pub node_name: Option<String>,
+    /// Whether a DaemonSet owns the pod.
+    pub daemon: bool,
+}
+
+/// A pod that cannot be understood.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("Pod {pod}: {field}: {message}")]
+pub struct PodError {
+    /// `namespace/name`.
+    pub pod: String,
+    /// The offending field.
+    pub field: String,
+    /// What is wrong.
+    pub message: String,
+}
+
+fn container_requests(c: &Container) -> Result<Resources, ResourceError> {
+    let reqs = c.resources.as_ref().and_then(|r| r.requests.as_ref());
+    let limits = c.resources.as_ref().and_then(|r| r.limits.as_ref());
+    let mut out = Resources::ZERO;
+    // Limits stand in for unset requests, as the API server defaults them.
+    for (name, q) in limits.into_iter().flatten() {
+        let (slot, v) = Resources::parse_quantity(name, &q.0)?;
+        out.set(slot, v);
+    }
+    for (name, q) in reqs.into_iter().flatten() {
+        let (slot, v) = Resources::parse_quantity(name, &q.0)?;
+        out.set(slot, v);
+    }
+    Ok(out)
+}
+
+/// Requests the way the kubelet computes them: the larger of the containers' sum (plus sidecars) and the
+/// peak of the init sequence, plus the pod overhead.
+pub fn pod_requests(spec: &PodSpec) -> Result<Resources, (String, ResourceError)> {
+    let mut sum = Resources::ZERO;
+    for (i, c) in spec.containers.iter().enumerate() {
+        sum.add_assign(&container_requests(c).map_err(|e| (format!("spec.containers[{i}].resources"), e))?);
+    }
+    let mut sidecars = Resources::ZERO;
+    let mut init_peak = Resources::ZERO;
+    for (i, c) in spec.init_containers.iter().flatten().enumerate() {
+        let r = container_requests(c).map_err(|e| (format!("spec.initContainers[{i}].resources"), e))?;
+        if c.restart_policy.as_deref() == Some("Always") {
+            sidecars.add_assign(&r);
+            init_peak = init_peak.max(&sidecars);
+        } else {
+            init_peak = init_peak.max(&r.add(&sidecars));
+        }
+    }
+    let mut total = sum.add(&sidecars).max(&init_peak);
+    for (name, q) in spec.overhead.iter().flatten() {
+        let (slot, v) = Resources::parse_quantity(name, &q.0).map_err(|e| ("spec.overhead".to_owned(), e))?;
+        total.set(slot, total.get(slot) + v);
+    }
+    total.set(ResourceName::PODS, 1);
+    Ok(total)
+}
+
+fn term_requirements(term: &NodeSelectorTerm) -> Requirements {
+    let mut reqs = Requirements::new();
+    for e in term.match_expressions.iter().flatten() {
+        let op = match e.operator.as_str() {
+            "In" => Operator::In,
+            "NotIn" => Operator::NotIn,
+            "Exists" => Operator::Exists,
+            "DoesNotExist" => Operator::DoesNotExist,
+            "Gt" => Operator::Gt,
+            "Lt" => Operator::Lt,
+            "Gte" => Operator::Gte,
+            "Lte" => Operator::Lte,
+            // An unknown operator selects no node.
+            _ => Operator::DoesNotExist,
+        };
+        reqs.add(Requirement::new(&e.key, op, e.values.as_deref().unwrap_or_default()));
+    }
+    reqs
+}
+
+fn affinity_term(kind: TopologyKind, namespace: &str, t: &PodAffinityTerm) -> TopologyTerm {
+    let mut namespaces = t.namespaces.clone().unwrap_or_default();
+    if namespaces.is_empty() {
+        namespaces.push(namespace.to_owned());
+    }
+    namespaces.sort();
+    TopologyTerm {
+        kind,
+        key: labels::normalize(&t.topology_key).to_owned(),
+        selector: Selector::from_label_selector(t.label_selector.as_ref()),
+        namespaces,
+        max_skew: 1,
+        min_domains: None,
+        honor_node_affinity: true,
+    }
+}
+
+fn spread_term(namespace: &str, c: &TopologySpreadConstraint) -> TopologyTerm {
+    TopologyTerm {
+        kind: TopologyKind::Spread,
+        key: labels::normalize(&c.topology_key).to_owned(),
+        selector: Selector::from_label_selector(c.label_selector.as_ref()),
+        namespaces: vec![namespace.to_owned()],
+        max_skew: c.max_skew.max(1),
+        min_domains: c.min_domains,
+        honor_node_affinity: c.node_affinity_policy.as_deref() != Some("Ignore"),
+    }
+}
+
+impl PodInfo {
+    /// Converts a Kubernetes pod.
+    pub fn from_pod(pod: &Pod) -> Result<Self, PodError> {
+        let namespace = pod.metadata.namespace.clone().unwrap_or_else(|| "default".into());
+        let key = format!("{namespace}/{}", pod.metadata.name.as_deref().unwrap_or(""));
+        let default_spec = PodSpec::default();
+        let spec = pod.spec.as_ref().unwrap_or(&default_spec);
+        let requests = pod_requests(spec).map_err(|(field, e)| PodError { pod: key.clone(), field, message: e.to_string() })?;
+        let node_selector = spec
+            .node_selector
+            .iter()
+            .flatten()
+            .map(|(k, v)| Requirement::is_in(k, [v.clone()]))
+            .collect::<Requirements>();
+        let node_affinity = spec.affinity.as_ref().and_then(|a| a.node_affinity.as_ref());
+        let required_terms: Vec<Requirements> = node_affinity
+            .and_then(|n| n.required_during_scheduling_ignored_during_execution.as_ref())
+            .map(|r| r.node_selector_terms.iter().map(term_requirements).collect())
+            .unwrap_or_default();
+        let mut preferred_terms: Vec<(i32, Requirements)> = node_affinity
+            .and_then(|n| n.preferred_during_scheduling_ignored_during_execution.as_ref())
+            .map(|p| p.iter().map(|t| (t.weight, term_requirements(&t.preference))).collect())
+            .unwrap_or_default();
+        preferred_terms.sort_by(|a, b| b.0.cmp(&a.0));
+
+        let mut topology = Vec::new();
+        let mut soft_spreads = Vec::new();
+        for c in spec.topology_spread_constraints.iter().flatten() {
+            if c.when_unsatisfiable == "ScheduleAnyway" {
+                soft_spreads.push(spread_term(&namespace, c));
+            } else {
+                topology.push(spread_term(&namespace, c));
+            }
+        }
+        let pod_affinity = spec.affinity.as_ref().and_then(|a| a.pod_affinity.as_ref());
+        let pod_anti = spec.affinity.as_ref().and_then(|a| a.pod_anti_affinity.as_ref());
+        for t in pod_affinity.and_then(|a| a.required_during_scheduling_ignored_during_execution.as_ref()).into_iter().flatten() {
+            topology.push(affinity_term(TopologyKind::Affinity, &namespace, t));
+        }
+        for t in pod_anti.and_then(|a| a.required_during_scheduling_ignored_during_execution.as_ref()).into_iter().flatten() {
+            topology.push(affinity_term(TopologyKind::AntiAffinity, &namespace, t));
+        }
+        let mut preferred_affinity: Vec<(i32, TopologyTerm)> = pod_affinity
+            .and_then(|a| a.preferred_during_scheduling_ignored_during_execution.as_ref())
+            .into_iter()
+            .flatten()
+            .map(|w| (w.weight, affinity_term(TopologyKind::Affinity, &namespace, &w.pod_affinity_term)))
+            .collect();
+        preferred_affinity.sort_by(|a, b| b.0.cmp(&a.0));
+        let mut preferred_anti_affinity: Vec<(i32, TopologyTerm)> = pod_anti
+            .and_then(|a| a.preferred_during_scheduling_ignored_during_execution.as_ref())
+            .into_iter()
+            .flatten()
+            .map(|w| (w.weight, affinity_term(TopologyKind::AntiAffinity, &namespace, &w.pod_affinity_term)))
+            .collect();
+        preferred_anti_affinity.sort_by(|a, b| b.0.cmp(&a.0));
+
+        let mut host_ports = Vec::new();
+        for c in spec.containers.iter().chain(spec.init_containers.iter().flatten()) {
+            for p in c.ports.iter().flatten() {
+                if let Some(hp) = p.host_port.filter(|p| *p > 0) {
+                    host_ports.push(HostPort {
+                        ip: p.host_ip.clone().filter(|s| !s.is_empty()).unwrap_or_else(|| "0.0.0.0".into()),
+                        port: hp,
+                        protocol: p.protocol.clone().unwrap_or_else(|| "TCP".into()),
+                    });
+                }
+            }
+        }
+        let daemon = pod.metadata.owner_references.iter().flatten().any(|o| o.kind == "DaemonSet");
+        Ok(Self {
+            key,
+            namespace,
+            labels: pod.metadata.labels.clone().unwrap_or_default(),
+            annotations: pod.metadata.annotations.clone().unwrap_or_default(),
+            requests,
+            node_selector,
+            required_terms,
+            preferred_terms,
+            tolerations: spec.tolerations.clone().unwrap_or_default(),
+            host_ports,
+            topology,
+            soft_spreads,
+            preferred_affinity,
+            preferred_anti_affinity,
+            priority: spec.priority.unwrap_or(0),
+            node_name: spec.node_name.clone().filter(|n| !n.is_empty()),
+            daemon,
+        })
+    }
+
+    /// Every OR-term of the pod's node requirements (nodeSelector ∩ each required term), for checks that
+    /// must consider any term (DaemonSet compatibility).
+    pub fn requirement_alternatives(&self) -> Vec<Requirements> {
+        if self.required_terms.is_empty() {
+            return vec![self.node_selector.clone()];
+        }
+        self.required_terms
+            .iter()
+            .map(|t| {
+                let mut r = self.node_selector.clone();
+                r.add_all(t);
+                r
+            })
+            .collect()
+    }
+}
+
+/// How far a pod's preferences have been relaxed, in the order Karpenter relaxes them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Relaxation {
+    required_terms_dropped: usize,
+    preferred_affinity_dropped: usize,
+    preferred_anti_affinity_dropped: usize,
+    preferred_terms_dropped: usize,
+    soft_spreads_dropped: usize,
+    /// Whether `PreferNoSchedule` taints are tolerated.
+    pub tolerate_prefer_no_schedule: bool,
+}
+
+/// The constraints a pod is scheduled under at one relaxation level.
+#[derive(Debug, Clone)]
+pub struct Constraints {
+    /// Node requirements: nodeSelector ∩ the first remaining required term ∩ the heaviest remaining
+    /// preferred term.
+    pub requirements: Requirements,
+    /// Topology constraints in force.
+    pub topology: Vec<TopologyTerm>,
+    /// Whether `PreferNoSchedule` taints are tolerated.
+    pub tolerate_prefer_no_schedule: bool,
+}
+
+impl Relaxation {
+    /// The constraints of `pod` at this level.
+    pub fn constraints(&self, pod: &PodInfo) -> Constraints {
+        let mut requirements = pod.node_selector.clone();
+        if let Some(term) = pod.required_terms.get(self.required_terms_dropped) {
+            requirements.add_all(term);
+        }
+        if let Some((_, term)) = pod.preferred_terms.get(self.preferred_terms_dropped) {
+            requirements.add_all(term);
+        }
+        let mut topology = pod.topology.clone();
+        topology.extend(pod.soft_spreads.iter().skip(self.soft_spreads_dropped).cloned());
+        topology.extend(pod.preferred_affinity.iter().skip(self.preferred_affinity_dropped).map(|(_, t)| t.clone()));
+        topology.extend(pod.preferred_anti_affinity.iter().skip(self.preferred_anti_affinity_dropped).map(|(_, t)| t.clone()));
+        Constraints { requirements, topology, tolerate_prefer_no_schedule: self.tolerate_prefer_no_schedule }
+    }
+
+    /// Relaxes one more preference, in order: an OR term of required node affinity, the heaviest preferred
+    /// pod affinity, the heaviest preferred anti-affinity, the heaviest preferred node affinity, a
+    /// `ScheduleAnyway` spread, then `PreferNoSchedule` taints. Returns what was relaxed, or `None` when
+    /// nothing is left.
+    pub fn relax(&mut self, pod: &PodInfo, prefer_no_schedule_possible: bool) -> Option<&'static str> {
+        if self.required_terms_dropped + 1 < pod.required_terms.len() {
+            self.required_terms_dropped += 1;
+            Some("a required node affinity term")
+        } else if self.preferred_affinity_dropped < pod.preferred_affinity.len() {
+            self.preferred_affinity_dropped += 1;
+            Some("a preferred pod affinity term")
+        } else if self.preferred_anti_affinity_dropped < pod.preferred_anti_affinity.len() {
+            self.preferred_anti_affinity_dropped += 1;
+            Some("a preferred pod anti-affinity term")
+        } else if self.preferred_terms_dropped < pod.preferred_terms.len() {
+            self.preferred_terms_dropped += 1;
+            Some("a preferred node affinity term")
+        } else if self.soft_spreads_dropped < pod.soft_spreads.len() {
+            self.soft_spreads_dropped += 1;
+            Some("a ScheduleAnyway topology spread")
+        } else if prefer_no_schedule_possible && !self.tolerate_prefer_no_schedule {
+            self.tolerate_prefer_no_schedule = true;
+            Some("PreferNoSchedule taints")
+        } else {
+            None
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn pod(spec: serde_json::Value) -> PodInfo {
+        let p: Pod = serde_json::from_value(json!({"metadata": {"name": "p", "namespace": "ns"}, "spec": spec})).unwrap();
+        PodInfo::from_pod(&p).unwrap()
+    }
+
+    #[test]
+    fn requests_follow_the_kubelet_rules() {
+        // Sum of containers (1 + 0.5 cpu) plus a sidecar (0.25) beats the biggest init container (1.5).
+        let p = pod(json!({
+            "initContainers": [
+                {"name": "init", "resources": {"requests": {"cpu": "1500m", "memory": "1Gi"}}},
+                {"name": "sidecar", "restartPolicy": "Always", "resources": {"requests": {"cpu": "250m"}}}
+            ],
+            "containers": [
+                {"name": "a", "resources": {"requests": {"cpu": "1", "nvidia.com/gpu": "1"}}},
+                {"name": "b", "resources": {"limits": {"cpu": "500m", "memory": "256Mi"}}}
+            ],
+            "overhead": {"cpu": "100m"}
+        }));
+        assert_eq!(p.requests.get(ResourceName::CPU), 1750 + 100);
+        assert_eq!(p.requests.get(ResourceName::MEMORY), 1 << 30, "the init container's memory peak wins");
+        assert_eq!(p.requests.get(ResourceName::NVIDIA_GPU), 1);
+        assert_eq!(p.requests.get(ResourceName::PODS), 1);
+    }
+
+    #[test]
+    fn bad_quantities_name_the_field() {
+        let p: Pod = serde_json::from_value(json!({"metadata": {"name": "p"}, "spec": {"containers": [
+            {"name": "a", "resources": {"requests": {"cpu": "lots"}}}]}}))
+        .unwrap();
+        let e = PodInfo::from_pod(&p).unwrap_err();
+        assert_eq!(e.field, "spec.containers[0].resources");
+        assert!(e.to_string().contains("default/p"));
+    }
+
+    #[test]
+    fn constraints_relax_in_order() {
+        let p = pod(json!({
+            "containers": [{"name": "a"}],
+            "nodeSelector": {"kubernetes.io/arch": "amd64"},
+            "affinity": {
+                "nodeAffinity": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+                        {"matchExpressions": [{"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["a"]}]},
+                        {"matchExpressions": [{"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["b"]}]}
+                    ]},
+                    "preferredDuringSchedulingIgnoredDuringExecution": [
+                        {"weight": 1, "preference": {"matchExpressions": [{"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]}]}},
+                        {"weight": 50, "preference": {"matchExpressions": [{"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["spot"]}]}}
+                    ]
+                },
+                "podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+                    {"weight": 10, "podAffinityTerm": {"topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLabels": {"app": "web"}}}}
+                ]}
+            },
+            "topologySpreadConstraints": [
+                {"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone", "whenUnsatisfiable": "ScheduleAnyway", "labelSelector": {"matchLabels": {"app": "web"}}}
+            ]
+        }));
+        let mut relax = Relaxation::default();
+        let c = relax.constraints(&p);
+        assert_eq!(c.requirements.get(labels::ZONE).unwrap().values(), ["a"]);
+        assert_eq!(c.requirements.get(labels::CAPACITY_TYPE).unwrap().values(), ["spot"], "heaviest preference first");
+        assert_eq!(c.topology.len(), 2);
+        let steps: Vec<&str> = std::iter::from_fn(|| relax.relax(&p, true)).collect();
+        assert_eq!(
+            steps,
+            [
+                "a required node affinity term",
+                "a preferred pod anti-affinity term",
+                "a preferred node affinity term",
+                "a preferred node affinity term",
+                "a ScheduleAnyway topology spread",
+                "PreferNoSchedule taints"
+            ]
+        );
+        let c = relax.constraints(&p);
+        assert_eq!(c.requirements.get(labels::ZONE).unwrap().values(), ["b"]);
+        assert!(c.requirements.get(labels::CAPACITY_TYPE).is_none());
+        assert!(c.topology.is_empty());
+        assert!(c.tolerate_prefer_no_schedule);
+    }
+
+    #[test]
+    fn selectors_and_host_ports() {
+        let p = pod(json!({"containers": [{"name": "a", "ports": [{"containerPort": 80, "hostPort": 8080}]}]}));
+        assert_eq!(p.host_ports, vec![HostPort { ip: "0.0.0.0".into(), port: 8080, protocol: "TCP".into() }]);
+        assert!(p.host_ports[0].conflicts(&HostPort { ip: "10.0.0.1".into(), port: 8080, protocol: "TCP".into() }));
+        assert!(!p.host_ports[0].conflicts(&HostPort { ip: "0.0.0.0".into(), port: 8080, protocol: "UDP".into() }));
+        let mut l = BTreeMap::new();
+        l.insert("app".to_owned(), "web".to_owned());
+        assert!(Selector::labels(&[("app", "web")]).matches(&l));
+        assert!(!Selector::from_label_selector(None).matches(&l));
+    }
+}

@@ -1,0 +1,836 @@
+//! The scheduler: existing nodes first, then claims opened earlier in the pass, then new claims from
+//! NodePools by weight.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use k8s_openapi::api::core::v1::Taint;
+use serde::Serialize;
+
+use super::daemon::{DaemonPod, daemon_overhead};
+use super::pod::{Constraints, HostPort, PodInfo, Relaxation};
+use super::requirements::{Requirement, Requirements};
+use super::taints;
+use super::topology::{Domain, Topology};
+use crate::api::{NodePool, labels};
+use crate::cloud::{CapacityType, InstanceType, Offering};
+use crate::resources::{ResourceName, Resources, format_quantity};
+
+/// How a NodePool packs pods into the claims it opens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+pub enum Packing {
+    /// First fit into the least-loaded claim already open; a new claim only when none fits.
+    #[default]
+    Binpack,
+    /// Wherever the price rises least: growing a claim costs the rise of its cheapest launch price,
+    /// opening one costs its cheapest price; ties go to the open claim.
+    MarginalCost,
+}
+
+impl Packing {
+    /// The policy a pool's `karpenter.sh/nodeclaim-packing-policy` annotation asks for.
+    pub fn of(pool: &NodePool) -> Self {
+        match pool.packing_policy() {
+            Some("marginal-cost") => Self::MarginalCost,
+            _ => Self::Binpack,
+        }
+    }
+}
+
+/// A NodePool and what it can buy.
+#[derive(Debug, Clone)]
+pub struct PoolInput {
+    /// The pool.
+    pub pool: NodePool,
+    /// Its provider's instance types (with the unavailable-offerings cache already applied).
+    pub instance_types: Vec<InstanceType>,
+    /// Capacity of the pool's existing nodes and claims, counted against its limits.
+    pub in_use: Resources,
+    /// How many nodes the pool already has, counted against `limits.nodes`.
+    pub nodes_in_use: u64,
+}
+
+/// A node that already exists (or a claim already launched), as the scheduler sees it.
+#[derive(Debug, Clone)]
+pub struct ExistingNode {
+    /// The node's name.
+    pub name: String,
+    /// Its labels (the hostname label is derived from the name when absent).
+    pub labels: BTreeMap<String, String>,
+    /// Its taints.
+    pub taints: Vec<Taint>,
+    /// Allocatable resources minus the requests of the pods bound to it (and of daemons still to come).
+    pub available: Resources,
+    /// Host ports its pods already bind.
+    pub host_ports: Vec<HostPort>,
+    /// Whether it may take pods (false for nodes being deleted, or, when consolidating, nodes inside their
+    /// own `consolidateAfter`).
+    pub accepts_pods: bool,
+}
+
+/// Knobs of one scheduling pass.
+#[derive(Debug, Clone)]
+pub struct SchedulerOptions {
+    /// The most instance-type options a claim carries.
+    pub max_instance_types: usize,
+    /// Ignore preferred terms entirely.
+    pub ignore_preferences: bool,
+    /// New claims may only use offerings priced strictly below this (the split fallback's ceiling).
+    pub price_ceiling: Option<f64>,
+}
+
+impl Default for SchedulerOptions {
+    fn default() -> Self {
+        Self { max_instance_types: 600, ignore_preferences: false, price_ceiling: None }
+    }
+}
+
+/// The offering a claim would most likely get.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Launch {
+    /// Instance type.
+    pub instance_type: String,
+    /// Zone.
+    pub zone: String,
+    /// Capacity type.
+    pub capacity_type: CapacityType,
+    /// Price per hour.
+    pub price: f64,
+}
+
+/// A claim the pass would create.
+#[derive(Debug, Clone)]
+pub struct ClaimPlan {
+    /// The NodePool it comes from.
+    pub pool: String,
+    /// The pods it is for (`namespace/name`).
+    pub pods: Vec<String>,
+    /// Instance types it may launch, cheapest first.
+    pub instance_types: Vec<String>,
+    /// Its requirements (the pool's, the pods', the topology's, and the instance types).
+    pub requirements: Requirements,
+    /// The pods' requests.
+    pub requests: Resources,
+    /// The DaemonSet overhead charged on the launch type.
+    pub daemon_overhead: Resources,
+    /// The cheapest available compatible offering.
+    pub launch: Option<Launch>,
+    /// The most the claim could cost: the worst compatible offering of the first capacity type (reserved,
+    /// spot, on-demand) it can use.
+    pub worst_case_price: f64,
+}
+
+/// Pods placed on an existing node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodePlacement {
+    /// The node.
+    pub node: String,
+    /// The pods (`namespace/name`).
+    pub pods: Vec<String>,
+}
+
+/// A pod that lands nowhere, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unschedulable {
+    /// `namespace/name`.
+    pub pod: String,
+    /// The constraint that failed, for a person.
+    pub reason: String,
+}
+
+/// The outcome of a pass.
+#[derive(Debug, Clone, Default)]
+pub struct Results {
+    /// Claims to create.
+    pub claims: Vec<ClaimPlan>,
+    /// Pods placed on existing nodes.
+    pub existing: Vec<NodePlacement>,
+    /// Pods that land nowhere.
+    pub unschedulable: Vec<Unschedulable>,
+}
+
+impl Results {
+    /// The total of the claims' launch prices per hour.
+    pub fn launch_price(&self) -> f64 {
+        self.claims.iter().filter_map(|c| c.launch.as_ref()).map(|l| l.price).sum()
+    }
+}
+
+#[derive(Debug, Clone)]
+struct TypeEntry {
+    it: InstanceType,
+    reqs: Requirements,
+    avail: Resources,
+    overhead: Resources,
+}
+
+#[derive(Debug, Clone)]
+struct Pool {
+    name: String,
+    reqs: Requirements,
+    taints: Vec<Taint>,
+    types: Vec<TypeEntry>,
+    base: Vec<u32>,
+    packing: Packing,
+    remaining: Option<Resources>,
+    remaining_nodes: Option<u64>,
+}
+
+#[derive(Debug, Clone)]
+struct Claim {
+    pool: usize,
+    reqs: Requirements,
+    options: Vec<u32>,
+    max_avail: Resources,
+    requests: Resources,
+    pods: Vec<usize>,
+    host_ports: Vec<HostPort>,
+    hostname: String,
+    price: Option<f64>,
+}
+
+#[derive(Debug, Clone)]
+struct Node {
+    input: ExistingNode,
+    reqs: Requirements,
+    pods: Vec<usize>,
+}
+
+struct Fit {
+    reqs: Option<Requirements>,
+    options: Vec<u32>,
+}
+
+fn offering_ok(o: &Offering, reqs: &Requirements) -> bool {
+    o.available
+        && reqs.get(labels::ZONE).is_none_or(|r| r.has(&o.zone))
+        && reqs.get(labels::CAPACITY_TYPE).is_none_or(|r| r.has(o.capacity_type.as_str()))
+        && reqs.get(labels::RESERVATION_ID).is_none_or(|r| o.reservation_id.as_deref().is_some_and(|id| r.has(id)))
+        && (o.capacity_type != CapacityType::Reserved || o.reservation_capacity.unwrap_or(0) > 0)
+}
+
+fn cheapest(it: &InstanceType, reqs: &Requirements, ceiling: Option<f64>) -> Option<f64> {
+    it.offerings
+        .iter()
+        .filter(|o| offering_ok(o, reqs) && ceiling.is_none_or(|c| o.price < c))
+        .map(|o| o.price)
+        .min_by(f64::total_cmp)
+}
+
+/// The worst price of the first capacity type (reserved, spot, on-demand) with a compatible offering.
+fn worst_launch_price(it: &InstanceType, reqs: &Requirements) -> Option<f64> {
+    CapacityType::ALL.iter().find_map(|ct| {
+        it.offerings
+            .iter()
+            .filter(|o| o.capacity_type == *ct && offering_ok(o, reqs))
+            .map(|o| o.price)
+            .max_by(f64::total_cmp)
+    })
+}
+
+fn type_requirements(it: &InstanceType, all_keys: &BTreeSet<String>) -> Requirements {
+    let mut r = Requirements::new();
+    for key in all_keys {
+        match it.labels.get(key) {
+            Some(v) => r.add(Requirement::is_in(key, [v.clone()])),
+            None => r.add(Requirement::does_not_exist(key)),
+        }
+    }
+    r.add(Requirement::is_in(labels::INSTANCE_TYPE, [it.name.clone()]));
+    r.add(Requirement::is_in(labels::ZONE, it.offerings.iter().map(|o| o.zone.clone())));
+    r.add(Requirement::is_in(labels::CAPACITY_TYPE, it.offerings.iter().map(|o| o.capacity_type.as_str())));
+    r
+}
+
+/// One scheduling pass over a snapshot.
+#[derive(Debug)]
+pub struct Scheduler {
+    pools: Vec<Pool>,
+    nodes: Vec<Node>,
+    claims: Vec<Claim>,
+    by_load: BTreeSet<(usize, usize)>,
+    topology: Topology,
+    options: SchedulerOptions,
+    prefer_no_schedule: bool,
+}
+
+impl Scheduler {
+    /// Prepares a pass: pools (tried by weight, heaviest first), existing nodes (tried in order), pods
+    /// already bound (for topology counts, with their node's name) and DaemonSet pods (for overhead).
+    pub fn new(
+        pools: Vec<PoolInput>,
+        nodes: Vec<ExistingNode>,
+        bound: Vec<(PodInfo, String)>,
+        daemons: &[DaemonPod],
+        options: SchedulerOptions,
+    ) -> Self {
+        let mut universe: HashMap<String, BTreeSet<String>> = HashMap::new();
+        let mut built = Vec::new();
+        let mut ordered = pools;
+        ordered.sort_by(|a, b| b.pool.weight().cmp(&a.pool.weight()).then_with(|| a.pool.name().cmp(b.pool.name())));
+        for input in ordered {
+            let pool = build_pool(input, daemons);
+            for t in &pool.base {
+                let te = &pool.types[*t as usize];
+                for o in te.it.offerings.iter().filter(|o| offering_ok(o, &pool.reqs)) {
+                    universe.entry(labels::ZONE.to_owned()).or_default().insert(o.zone.clone());
+                }
+                for (k, v) in &te.it.labels {
+                    universe.entry(k.clone()).or_default().insert(v.clone());
+                }
+            }
+            for (k, v) in pool.reqs.single_values() {
+                universe.entry(k.to_owned()).or_default().insert(v.to_owned());
+            }
+            built.push(pool);
+        }
+        let nodes: Vec<Node> = nodes
+            .into_iter()
+            .map(|mut n| {
+                let hostname = n.labels.get(labels::HOSTNAME).cloned().unwrap_or_else(|| n.name.clone());
+                n.labels.entry(labels::HOSTNAME.to_owned()).or_insert(hostname);
+                for (k, v) in &n.labels {
+                    if k != labels::HOSTNAME {
+                        universe.entry(k.clone()).or_default().insert(v.clone());
+                    }
+                }
+                Node { reqs: Requirements::from_labels(&n.labels), pods: Vec::new(), input: n }
+            })
+            .collect();
+        let prefer_no_schedule = built.iter().any(|p| p.taints.iter().any(|t| t.effect == "PreferNoSchedule"))
+            || nodes.iter().any(|n| n.input.taints.iter().any(|t| t.effect == "PreferNoSchedule"));
+        let mut topology = Topology::new(universe);
+        let node_labels: HashMap<&str, &BTreeMap<String, String>> =
+            nodes.iter().map(|n| (n.input.name.as_str(), &n.input.labels)).collect();
+        for (pod, node) in bound {
+            let mut l = node_labels.get(node.as_str()).map(|l| (*l).clone()).unwrap_or_default();
+            l.entry(labels::HOSTNAME.to_owned()).or_insert(node);
+            topology.add_bound(pod, l);
+        }
+        Self { pools: built, nodes, claims: Vec::new(), by_load: BTreeSet::new(), topology, options, prefer_no_schedule }
+    }
+
+    /// Schedules `pods`, returning where each lands and what must be bought.
+    pub fn solve(mut self, pods: Vec<PodInfo>) -> Results {
+        let mut pods = pods;
+        if self.options.ignore_preferences {
+            for p in &mut pods {
+                p.preferred_terms.clear();
+                p.preferred_affinity.clear();
+                p.preferred_anti_affinity.clear();
+                p.soft_spreads.clear();
+            }
+        }
+        // Register every constraint up front so every pod is counted by every group that selects it.
+        for p in &pods {
+            for t in p
+                .topology
+                .iter()
+                .chain(&p.soft_spreads)
+                .chain(p.preferred_affinity.iter().map(|(_, t)| t))
+                .chain(p.preferred_anti_affinity.iter().map(|(_, t)| t))
+            {
+                self.topology.group(t);
+            }
+        }
+        let selecting: Vec<Vec<usize>> = pods.iter().map(|p| self.topology.selecting(p)).collect();
+        let mut order: Vec<usize> = (0..pods.len()).collect();
+        order.sort_by(|&a, &b| {
+            let (ra, rb) = (&pods[a].requests, &pods[b].requests);
+            rb.get(ResourceName::CPU)
+                .cmp(&ra.get(ResourceName::CPU))
+                .then(rb.get(ResourceName::MEMORY).cmp(&ra.get(ResourceName::MEMORY)))
+                .then_with(|| pods[a].key.cmp(&pods[b].key))
+        });
+        let mut relax = vec![Relaxation::default(); pods.len()];
+        let mut errors: HashMap<usize, String> = HashMap::new();
+        let mut pending = order;
+        loop {
+            let mut failed = Vec::new();
+            let before = pending.len();
+            for i in pending {
+                match self.place(&pods, i, &selecting[i], &mut relax[i]) {
+                    Ok(()) => {
+                        errors.remove(&i);
+                    }
+                    Err(e) => {
+                        errors.insert(i, e);
+                        failed.push(i);
+                    }
+                }
+            }
+            // Another round only helps when something landed (an affinity target may now exist).
+            if failed.is_empty() || failed.len() == before {
+                pending = failed;
+                break;
+            }
+            pending = failed;
+        }
+        self.finish(&pods, pending, errors)
+    }
+
+    fn place(&mut self, pods: &[PodInfo], i: usize, selecting: &[usize], relax: &mut Relaxation) -> Result<(), String> {
+        let pod = &pods[i];
+        loop {
+            let cons = relax.constraints(pod);
+            match self.place_with(pods, i, selecting, &cons) {
+                Ok(()) => return Ok(()),
+                Err(e) => {
+                    if relax.relax(pod, self.prefer_no_schedule).is_none() {
+                        return Err(e);
+                    }
+                }
+            }
+        }
+    }
+
+    fn place_with(&mut self, pods: &[PodInfo], i: usize, selecting: &[usize], cons: &Constraints) -> Result<(), String> {
+        let pod = &pods[i];
+        let groups: Vec<usize> = cons.topology.iter().filter_map(|t| self.topology.id(t)).collect();
+        let inverse = self.topology.inverse(pod);
+        // 1. Existing nodes.
+        for n in 0..self.nodes.len() {
+            if let Ok(narrow) = self.try_node(n, pod, cons, &groups, &inverse) {
+                let _ = narrow;
+                let node = &mut self.nodes[n];
+                node.input.available.sub_assign(&pod.requests);
+                node.input.host_ports.extend(pod.host_ports.iter().cloned());
+                node.pods.push(i);
+                let labels_of = node.input.labels.clone();
+                self.topology.record(pod, selecting, &groups, &|k| labels_of.get(k).cloned());
+                return Ok(());
+            }
+        }
+        // 2. Claims opened earlier in the pass, least loaded first.
+        let mut best_marginal: Option<(f64, usize, Fit)> = None;
+        let mut first_fit: Option<(usize, Fit)> = None;
+        let loads: Vec<usize> = self.by_load.iter().map(|(_, c)| *c).collect();
+        for c in loads {
+            let Ok(fit) = self.try_claim(&self.claims[c], pod, cons, &groups, &inverse) else { continue };
+            let pool = &self.pools[self.claims[c].pool];
+            if pool.packing == Packing::MarginalCost {
+                let after = self.price_of(pool, fit.reqs.as_ref().unwrap_or(&self.claims[c].reqs), &fit.options);
+                if let (Some(before), Some(after)) = (self.claims[c].price, after) {
+                    let delta = after - before;
+                    if best_marginal.as_ref().is_none_or(|(d, _, _)| delta < *d) {
+                        best_marginal = Some((delta, c, fit));
+                    }
+                    continue;
+                }
+            }
+            first_fit = Some((c, fit));
+            break;
+        }
+        if let Some((c, fit)) = first_fit {
+            self.commit(c, pods, i, selecting, &groups, fit);
+            return Ok(());
+        }
+        // 3. A new claim, from the heaviest pool that can take the pod.
+        let mut reasons = Vec::new();
+        for p in 0..self.pools.len() {
+            match self.new_claim(p, pod, cons, &groups, &inverse) {
+                Ok((claim, fit)) => {
+                    if let Some((delta, c, _)) = &best_marginal {
+                        let open_price = self.price_of(&self.pools[p], fit.reqs.as_ref().unwrap_or(&claim.reqs), &fit.options);
+                        if open_price.is_none_or(|open| *delta <= open) {
+                            let c = *c;
+                            let Some((_, _, fit)) = best_marginal.take() else { unreachable!("checked above") };
+                            self.commit(c, pods, i, selecting, &groups, fit);
+                            return Ok(());
+                        }
+                    }
+                    self.claims.push(claim);
+                    let c = self.claims.len() - 1;
+                    self.by_load.insert((0, c));
+                    self.commit(c, pods, i, selecting, &groups, fit);
+                    let pool = &mut self.pools[p];
+                    let max_cap = self.claims[c]
+                        .options
+                        .iter()
+                        .fold(Resources::ZERO, |acc, o| acc.max(&pool.types[*o as usize].it.capacity));
+                    if let Some(rem) = pool.remaining.as_mut() {
+                        rem.sub_assign(&max_cap);
+                    }
+                    if let Some(n) = pool.remaining_nodes.as_mut() {
+                        *n = n.saturating_sub(1);
+                    }
+                    return Ok(());
+                }
+                Err(e) => reasons.push(format!("NodePool {}: {e}", self.pools[p].name)),
+            }
+        }
+        if let Some((_, c, fit)) = best_marginal {
+            self.commit(c, pods, i, selecting, &groups, fit);
+            return Ok(());
+        }
+        if reasons.is_empty() {
+            reasons.push("no NodePool can launch nodes".into());
+        }
+        Err(reasons.join("; "))
+    }
+
+    fn price_of(&self, pool: &Pool, reqs: &Requirements, options: &[u32]) -> Option<f64> {
+        options
+            .iter()
+            .filter_map(|o| cheapest(&pool.types[*o as usize].it, reqs, self.options.price_ceiling))
+            .min_by(f64::total_cmp)
+    }
+
+    fn try_node(&self, n: usize, pod: &PodInfo, cons: &Constraints, groups: &[usize], inverse: &[usize]) -> Result<(), String> {
+        let node = &self.nodes[n];
+        if !node.input.accepts_pods {
+            return Err("node does not accept pods".into());
+        }
+        if !pod.requests.fits(&node.input.available) {
+            return Err("insufficient resources".into());
+        }
+        if let Some(t) = taints::untolerated(&node.input.taints, &pod.tolerations, cons.tolerate_prefer_no_schedule) {
+            return Err(format!("taint {}", t.key));
+        }
+        node.reqs.compatible(&cons.requirements, false).map_err(|e| e.reason)?;
+        if pod.host_ports.iter().any(|p| node.input.host_ports.iter().any(|q| p.conflicts(q))) {
+            return Err("host port in use".into());
+        }
+        if !groups.is_empty() || !inverse.is_empty() {
+            let labels_of = &node.input.labels;
+            self.topology.check(pod, &cons.requirements, groups, inverse, &|k| match labels_of.get(k) {
+                Some(v) => Domain::Fixed(v.as_str()),
+                None => Domain::Missing,
+            })?;
+        }
+        Ok(())
+    }
+
+    fn try_claim(&self, claim: &Claim, pod: &PodInfo, cons: &Constraints, groups: &[usize], inverse: &[usize]) -> Result<Fit, String> {
+        let pool = &self.pools[claim.pool];
+        let total = claim.requests.add(&pod.requests);
+        if !total.fits(&claim.max_avail) {
+            return Err("insufficient resources".into());
+        }
+        if let Some(t) = taints::untolerated(&pool.taints, &pod.tolerations, cons.tolerate_prefer_no_schedule) {
+            return Err(format!(
+                "the pod does not tolerate taint {}{}:{}",
+                t.key,
+                t.value.as_deref().map(|v| format!("={v}")).unwrap_or_default(),
+                t.effect
+            ));
+        }
+        claim.reqs.compatible(&cons.requirements, true).map_err(|e| format!("incompatible requirements: {e}"))?;
+        let mut reqs = if cons.requirements.is_empty() {
+            None
+        } else {
+            let mut r = claim.reqs.clone();
+            r.add_all(&cons.requirements);
+            Some(r)
+        };
+        if !groups.is_empty() || !inverse.is_empty() {
+            let current = reqs.as_ref().unwrap_or(&claim.reqs);
+            let hostname = claim.hostname.as_str();
+            let narrowed = self.topology.check(pod, &cons.requirements, groups, inverse, &|k| {
+                if k == labels::HOSTNAME { Domain::Fixed(hostname) } else { Domain::Open(current.get(k)) }
+            })?;
+            if !narrowed.is_empty() {
+                let mut r = reqs.take().unwrap_or_else(|| claim.reqs.clone());
+                for n in narrowed {
+                    r.add(n);
+                }
+                reqs = Some(r);
+            }
+        }
+        if pod.host_ports.iter().any(|p| claim.host_ports.iter().any(|q| p.conflicts(q))) {
+            return Err("a host port is already taken on the claim".into());
+        }
+        let ceiling = self.options.price_ceiling;
+        let options: Vec<u32> = claim
+            .options
+            .iter()
+            .copied()
+            .filter(|o| {
+                let te = &pool.types[*o as usize];
+                total.fits(&te.avail)
+                    && reqs.as_ref().is_none_or(|r| {
+                        te.reqs.intersects(r).is_ok() && te.it.offerings.iter().any(|of| offering_ok(of, r))
+                    })
+                    && (ceiling.is_none() || cheapest(&te.it, reqs.as_ref().unwrap_or(&claim.reqs), ceiling).is_some())
+            })
+            .collect();
+        if options.is_empty() {
+            return Err(self.fit_reason(pool, reqs.as_ref().unwrap_or(&claim.reqs), &claim.options, &total));
+        }
+        let final_reqs = reqs.as_ref().unwrap_or(&claim.reqs);
+        for r in final_reqs.iter() {
+            if let Some(min) = r.min_values() {
+                let mut distinct = BTreeSet::new();
+                for o in &options {
+                    let te = &pool.types[*o as usize];
+                    match r.key() {
+                        labels::ZONE => distinct.extend(te.it.offerings.iter().filter(|of| offering_ok(of, final_reqs)).map(|of| of.zone.as_str())),
+                        labels::CAPACITY_TYPE => distinct.extend(te.it.offerings.iter().filter(|of| offering_ok(of, final_reqs)).map(|of| of.capacity_type.as_str())),
+                        k => distinct.extend(te.it.label(k)),
+                    }
+                }
+                if (distinct.len() as u32) < min {
+                    return Err(format!("minValues {min} of {} cannot be met: only {} value(s) remain", r.key(), distinct.len()));
+                }
+            }
+        }
+        Ok(Fit { reqs, options })
+    }
+
+    fn fit_reason(&self, pool: &Pool, reqs: &Requirements, options: &[u32], total: &Resources) -> String {
+        let compatible: Vec<&TypeEntry> = options
+            .iter()
+            .map(|o| &pool.types[*o as usize])
+            .filter(|te| te.reqs.intersects(reqs).is_ok() && te.it.offerings.iter().any(|of| offering_ok(of, reqs)))
+            .collect();
+        if compatible.is_empty() {
+            return format!("no instance type with an available offering satisfies {reqs}");
+        }
+        let largest = compatible.iter().fold(Resources::ZERO, |acc, te| acc.max(&te.avail));
+        let short: Vec<String> = total
+            .exceeding(&largest)
+            .into_iter()
+            .map(|n| format!("{n} {} (largest compatible offers {})", format_quantity(n, total.get(n)), format_quantity(n, largest.get(n))))
+            .collect();
+        if short.is_empty() {
+            if self.options.price_ceiling.is_some() {
+                return "no instance type fits under the price ceiling".into();
+            }
+            return "no single instance type has room for every request".into();
+        }
+        format!("no instance type has room for {}", short.join(", "))
+    }
+
+    fn new_claim(&self, p: usize, pod: &PodInfo, cons: &Constraints, groups: &[usize], inverse: &[usize]) -> Result<(Claim, Fit), String> {
+        let pool = &self.pools[p];
+        if pool.remaining_nodes == Some(0) {
+            return Err("its node limit is reached".into());
+        }
+        let options: Vec<u32> = match &pool.remaining {
+            Some(rem) => pool.base.iter().copied().filter(|o| pool.types[*o as usize].it.capacity.fits(rem)).collect(),
+            None => pool.base.clone(),
+        };
+        if options.is_empty() {
+            return Err(if pool.base.is_empty() {
+                "no instance type with an available offering matches its requirements".into()
+            } else {
+                "its limits leave no room for another node".into()
+            });
+        }
+        let max_avail = options.iter().fold(Resources::ZERO, |acc, o| acc.max(&pool.types[*o as usize].avail));
+        let claim = Claim {
+            pool: p,
+            reqs: pool.reqs.clone(),
+            options,
+            max_avail,
+            requests: Resources::ZERO,
+            pods: Vec::new(),
+            host_ports: Vec::new(),
+            hostname: format!("hostname-placeholder-{:04}", self.claims.len()),
+            price: None,
+        };
+        let fit = self.try_claim(&claim, pod, cons, groups, inverse)?;
+        Ok((claim, fit))
+    }
+
+    fn commit(&mut self, c: usize, pods: &[PodInfo], i: usize, selecting: &[usize], groups: &[usize], fit: Fit) {
+        let pod = &pods[i];
+        let load = self.claims[c].pods.len();
+        self.by_load.remove(&(load, c));
+        let pool = &self.pools[self.claims[c].pool];
+        let claim = &mut self.claims[c];
+        if let Some(r) = fit.reqs {
+            claim.reqs = r;
+        }
+        claim.options = fit.options;
+        claim.max_avail = claim.options.iter().fold(Resources::ZERO, |acc, o| acc.max(&pool.types[*o as usize].avail));
+        claim.requests.add_assign(&pod.requests);
+        claim.host_ports.extend(pod.host_ports.iter().cloned());
+        claim.pods.push(i);
+        let price = if pool.packing == Packing::MarginalCost {
+            claim
+                .options
+                .iter()
+                .filter_map(|o| cheapest(&pool.types[*o as usize].it, &claim.reqs, self.options.price_ceiling))
+                .min_by(f64::total_cmp)
+        } else {
+            None
+        };
+        claim.price = price;
+        self.by_load.insert((claim.pods.len(), c));
+        let hostname = claim.hostname.clone();
+        let reqs = claim.reqs.clone();
+        self.topology.record(pod, selecting, groups, &|k| {
+            if k == labels::HOSTNAME { Some(hostname.clone()) } else { reqs.get(k).and_then(|r| r.single()).map(str::to_owned) }
+        });
+    }
+
+    fn finish(self, pods: &[PodInfo], failed: Vec<usize>, errors: HashMap<usize, String>) -> Results {
+        let mut reserved: HashMap<String, u32> = HashMap::new();
+        for pool in &self.pools {
+            for te in &pool.types {
+                for o in &te.it.offerings {
+                    if let (Some(id), Some(cap)) = (&o.reservation_id, o.reservation_capacity) {
+                        reserved.entry(id.clone()).or_insert(cap);
+                    }
+                }
+            }
+        }
+        let mut claims = Vec::with_capacity(self.claims.len());
+        for claim in &self.claims {
+            let pool = &self.pools[claim.pool];
+            let mut reqs = claim.reqs.clone();
+            let ceiling = self.options.price_ceiling;
+            let usable = |o: &Offering, reqs: &Requirements, reserved: &HashMap<String, u32>| {
+                offering_ok(o, reqs)
+                    && ceiling.is_none_or(|c| o.price < c)
+                    && o.reservation_id.as_ref().is_none_or(|id| reserved.get(id).copied().unwrap_or(0) > 0)
+            };
+            let mut priced: Vec<(f64, u32)> = claim
+                .options
+                .iter()
+                .filter_map(|o| {
+                    let it = &pool.types[*o as usize].it;
+                    it.offerings.iter().filter(|of| usable(of, &reqs, &reserved)).map(|of| of.price).min_by(f64::total_cmp).map(|p| (p, *o))
+                })
+                .collect();
+            priced.sort_by(|a, b| a.0.total_cmp(&b.0).then_with(|| pool.types[a.1 as usize].it.name.cmp(&pool.types[b.1 as usize].it.name)));
+            priced.truncate(self.options.max_instance_types.max(1));
+            let launch = priced.first().and_then(|(_, o)| {
+                let it = &pool.types[*o as usize].it;
+                it.offerings
+                    .iter()
+                    .filter(|of| usable(of, &reqs, &reserved))
+                    .min_by(|a, b| a.price.total_cmp(&b.price).then_with(|| a.zone.cmp(&b.zone)))
+                    .map(|of| (it, of))
+            });
+            let launch = launch.map(|(it, of)| {
+                if let Some(id) = &of.reservation_id {
+                    if let Some(left) = reserved.get_mut(id) {
+                        *left -= 1;
+                    }
+                    reqs.add(Requirement::is_in(labels::CAPACITY_TYPE, [CapacityType::Reserved.as_str()]));
+                    reqs.add(Requirement::is_in(labels::RESERVATION_ID, [id.clone()]));
+                }
+                Launch { instance_type: it.name.clone(), zone: of.zone.clone(), capacity_type: of.capacity_type, price: of.price }
+            });
+            let names: Vec<String> = priced.iter().map(|(_, o)| pool.types[*o as usize].it.name.clone()).collect();
+            let worst_case_price = priced
+                .iter()
+                .filter_map(|(_, o)| worst_launch_price(&pool.types[*o as usize].it, &reqs))
+                .fold(0.0_f64, f64::max);
+            let daemon_overhead = priced.first().map(|(_, o)| pool.types[*o as usize].overhead).unwrap_or_default();
+            reqs.add(Requirement::is_in(labels::INSTANCE_TYPE, names.iter().cloned()));
+            claims.push(ClaimPlan {
+                pool: pool.name.clone(),
+                pods: claim.pods.iter().map(|i| pods[*i].key.clone()).collect(),
+                instance_types: names,
+                requirements: reqs,
+                requests: claim.requests,
+                daemon_overhead,
+                launch,
+                worst_case_price,
+            });
+        }
+        let existing = self
+            .nodes
+            .iter()
+            .filter(|n| !n.pods.is_empty())
+            .map(|n| NodePlacement { node: n.input.name.clone(), pods: n.pods.iter().map(|i| pods[*i].key.clone()).collect() })
+            .collect();
+        let mut unschedulable: Vec<Unschedulable> = failed
+            .into_iter()
+            .map(|i| Unschedulable {
+                pod: pods[i].key.clone(),
+                reason: errors.get(&i).cloned().unwrap_or_else(|| "no node or NodePool can take it".into()),
+            })
+            .collect();
+        unschedulable.sort_by(|a, b| a.pod.cmp(&b.pod));
+        Results { claims, existing, unschedulable }
+    }
+}
+
+fn build_pool(input: PoolInput, daemons: &[DaemonPod]) -> Pool {
+    let np = &input.pool;
+    let template = &np.spec.template;
+    let mut reqs = Requirements::from_api(&template.spec.requirements);
+    for (k, v) in &template.metadata.labels {
+        reqs.add(Requirement::is_in(k, [v.clone()]));
+    }
+    reqs.add(Requirement::is_in(labels::NODE_POOL, [np.name().to_owned()]));
+    let taints = template.spec.taints.clone();
+    let compatible_daemons: Vec<&DaemonPod> = daemons
+        .iter()
+        .filter(|d| d.tolerates(&taints) && d.alternatives.iter().any(|a| reqs.compatible(a, true).is_ok() || reqs.intersects(a).is_ok()))
+        .collect();
+    let all_keys: BTreeSet<String> = input.instance_types.iter().flat_map(|it| it.labels.keys().cloned()).collect();
+    let mut overhead_cache: HashMap<Vec<Option<String>>, Resources> = HashMap::new();
+    let daemon_keys: BTreeSet<String> = compatible_daemons
+        .iter()
+        .flat_map(|d| d.alternatives.iter().flat_map(|a| a.iter().map(|r| r.key().to_owned())))
+        .collect();
+    let mut types = Vec::with_capacity(input.instance_types.len());
+    let mut base = Vec::new();
+    for it in input.instance_types {
+        let treqs = type_requirements(&it, &all_keys);
+        let overhead = if compatible_daemons.is_empty() {
+            Resources::ZERO
+        } else {
+            let mut node = reqs.clone();
+            node.add_all(&treqs);
+            let key: Vec<Option<String>> = daemon_keys
+                .iter()
+                .map(|k| node.get(k).map(|r| r.to_string()))
+                .chain(std::iter::once(Some(format!("{:?}", node.get(labels::ZONE).map(|r| r.values().to_vec())))))
+                .collect();
+            *overhead_cache.entry(key).or_insert_with(|| daemon_overhead(&node, &compatible_daemons))
+        };
+        let avail = it.allocatable().sub(&overhead);
+        let usable = reqs.intersects(&treqs).is_ok() && it.offerings.iter().any(|o| offering_ok(o, &reqs));
+        if usable {
+            base.push(types.len() as u32);
+        }
+        types.push(TypeEntry { it, reqs: treqs, avail, overhead });
+    }
+    // Cheapest first, so claims carry their options in price order.
+    base.sort_by(|a, b| {
+        let pa = cheapest(&types[*a as usize].it, &reqs, None).unwrap_or(f64::INFINITY);
+        let pb = cheapest(&types[*b as usize].it, &reqs, None).unwrap_or(f64::INFINITY);
+        pa.total_cmp(&pb)
+    });
+    let mut remaining = None;
+    let mut remaining_nodes = None;
+    if !np.spec.limits.is_empty() {
+        let mut limits = np.spec.limits.clone();
+        if let Some(n) = limits.remove("nodes") {
+            remaining_nodes = n.0.parse::<u64>().ok().map(|n| n.saturating_sub(input.nodes_in_use));
+        }
+        if !limits.is_empty() {
+            let mut lim = Resources::from_resource_list(&limits).unwrap_or_default();
+            lim.sub_assign(&input.in_use);
+            remaining = Some(limit_mask(&limits, lim));
+        }
+    }
+    Pool {
+        name: np.name().to_owned(),
+        reqs,
+        taints,
+        types,
+        base,
+        packing: Packing::of(np),
+        remaining,
+        remaining_nodes,
+    }
+}
+
+/// Marks the resources a pool's limits leave unmentioned as unlimited.
+fn limit_mask(limits: &BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>, remaining: Resources) -> Resources {
+    // Resources the limits do not mention are unlimited.
+    let mut out = Resources::splat(i64::MAX);
+    for name in limits.keys() {
+        if let Some(r) = ResourceName::lookup(name) {
+            out.set(r, remaining.get(r));
+        }
+    }
+    out
+}

@@ -1,0 +1,253 @@
+//! Topology spread and pod (anti-)affinity: domain counts per constraint, shared by every pod that carries
+//! the same constraint.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use super::pod::{PodInfo, TopologyKind, TopologyTerm};
+use super::requirements::{Requirement, Requirements};
+use crate::api::labels;
+
+/// One constraint's domain counts.
+#[derive(Debug, Clone)]
+pub(crate) struct Group {
+    pub(crate) term: TopologyTerm,
+    /// Pods the selector matches, per domain.
+    counts: HashMap<String, i32>,
+    /// Anti-affinity: domains where a pod carrying the constraint runs (other pods matching the selector
+    /// must stay out of them).
+    owners: HashMap<String, i32>,
+}
+
+impl Group {
+    fn selects(&self, pod: &PodInfo) -> bool {
+        self.term.namespaces.iter().any(|n| *n == pod.namespace) && self.term.selector.matches(&pod.labels)
+    }
+
+    fn count(&self, domain: &str) -> i32 {
+        self.counts.get(domain).copied().unwrap_or(0)
+    }
+}
+
+/// The domains of a placement target for one topology key.
+#[derive(Debug)]
+pub(crate) enum Domain<'a> {
+    /// A concrete value (an existing node's label, a claim's hostname).
+    Fixed(&'a str),
+    /// A claim still open to several values.
+    Open(Option<&'a Requirement>),
+    /// The target does not have the key at all.
+    Missing,
+}
+
+/// All topology constraints of one scheduling pass.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Topology {
+    groups: Vec<Group>,
+    index: HashMap<TopologyTerm, usize>,
+    /// Known domains per key (zones, custom keys), for spread minimums.
+    universe: HashMap<String, BTreeSet<String>>,
+    /// Bound pods with their node's labels, counted into groups created later.
+    bound: Vec<(PodInfo, BTreeMap<String, String>)>,
+}
+
+impl Topology {
+    pub(crate) fn new(universe: HashMap<String, BTreeSet<String>>) -> Self {
+        Self { universe, ..Self::default() }
+    }
+
+    /// Registers a pod already running on a node with `node_labels` (hostname included).
+    pub(crate) fn add_bound(&mut self, pod: PodInfo, node_labels: BTreeMap<String, String>) {
+        for g in &mut self.groups {
+            if let Some(d) = node_labels.get(&g.term.key) {
+                if g.selects(&pod) {
+                    *g.counts.entry(d.clone()).or_default() += 1;
+                }
+            }
+        }
+        // The pod's own anti-affinity keeps matching pods out of its domain.
+        for t in pod.topology.iter().filter(|t| t.kind == TopologyKind::AntiAffinity) {
+            let gid = self.group(t);
+            if let Some(d) = node_labels.get(&t.key) {
+                *self.groups[gid].owners.entry(d.clone()).or_default() += 1;
+            }
+        }
+        self.bound.push((pod, node_labels));
+    }
+
+    /// The group of a term, created (and counted over bound pods) on first use.
+    pub(crate) fn group(&mut self, term: &TopologyTerm) -> usize {
+        if let Some(&i) = self.index.get(term) {
+            return i;
+        }
+        let mut g = Group { term: term.clone(), counts: HashMap::new(), owners: HashMap::new() };
+        for (pod, node_labels) in &self.bound {
+            if let Some(d) = node_labels.get(&term.key)
+                && g.selects(pod)
+            {
+                *g.counts.entry(d.clone()).or_default() += 1;
+            }
+        }
+        self.groups.push(g);
+        self.index.insert(term.clone(), self.groups.len() - 1);
+        self.groups.len() - 1
+    }
+
+    /// The group id of a term already registered.
+    pub(crate) fn id(&self, term: &TopologyTerm) -> Option<usize> {
+        self.index.get(term).copied()
+    }
+
+    /// Groups whose selector matches `pod` (their counts grow when it lands).
+    pub(crate) fn selecting(&self, pod: &PodInfo) -> Vec<usize> {
+        (0..self.groups.len()).filter(|&g| self.groups[g].selects(pod)).collect()
+    }
+
+    /// Anti-affinity groups with owners somewhere whose selector matches `pod` (it must avoid their
+    /// owners' domains).
+    pub(crate) fn inverse(&self, pod: &PodInfo) -> Vec<usize> {
+        (0..self.groups.len())
+            .filter(|&g| {
+                let grp = &self.groups[g];
+                grp.term.kind == TopologyKind::AntiAffinity && !grp.owners.is_empty() && grp.selects(pod)
+            })
+            .collect()
+    }
+
+    /// Checks `pod`'s constraints (`groups`) and the inverse anti-affinity constraints (`inverse`) against a
+    /// target, returning the requirements the target must narrow to, or why it cannot take the pod.
+    pub(crate) fn check<'a>(
+        &self,
+        pod: &PodInfo,
+        pod_reqs: &Requirements,
+        groups: &[usize],
+        inverse: &[usize],
+        domain_of: &dyn Fn(&str) -> Domain<'a>,
+    ) -> Result<Vec<Requirement>, String> {
+        let mut narrowed: Vec<Requirement> = Vec::new();
+        for &gid in groups {
+            let g = &self.groups[gid];
+            let key = g.term.key.as_str();
+            let own = |req: &Requirement| narrowed.iter().find(|r| r.key() == key).map_or(req.clone(), |n| n.intersect(req));
+            let candidates: Vec<String> = match domain_of(key) {
+                Domain::Fixed(d) => vec![d.to_owned()],
+                Domain::Missing => return Err(describe(&g.term, "the node has no such label")),
+                Domain::Open(r) => {
+                    let universe = self.universe.get(key);
+                    let mut c: Vec<String> = match r {
+                        Some(r) if !r.is_complement() => r.values().to_vec(),
+                        _ => universe.into_iter().flatten().filter(|d| r.is_none_or(|r| r.has(d))).cloned().collect(),
+                    };
+                    if let Some(n) = narrowed.iter().find(|r| r.key() == key) {
+                        c.retain(|d| n.has(d));
+                    }
+                    c
+                }
+            };
+            let fixed = matches!(domain_of(key), Domain::Fixed(_));
+            let allowed: Vec<String> = match g.term.kind {
+                TopologyKind::Spread => {
+                    let self_count = i32::from(g.selects(pod));
+                    let min = self.spread_min(g, pod_reqs);
+                    let mut ok: Vec<&String> =
+                        candidates.iter().filter(|d| g.count(d) + self_count - min <= g.term.max_skew).collect();
+                    // Pin the emptiest domain, as kube-scheduler would fill it first.
+                    ok.sort_by_key(|d| (g.count(d), (*d).clone()));
+                    ok.into_iter().take(1).cloned().collect()
+                }
+                TopologyKind::Affinity => {
+                    let with_pods: Vec<String> = candidates.iter().filter(|d| g.count(d) > 0).cloned().collect();
+                    if !with_pods.is_empty() {
+                        with_pods
+                    } else if g.counts.values().all(|c| *c == 0) && g.selects(pod) {
+                        // The first pod of a self-affine group bootstraps a domain.
+                        candidates.into_iter().take(1).collect()
+                    } else {
+                        Vec::new()
+                    }
+                }
+                TopologyKind::AntiAffinity => {
+                    let empty: Vec<String> = candidates.into_iter().filter(|d| g.count(d) == 0).collect();
+                    // Pin one so the pod's domain is known and counted.
+                    empty.into_iter().take(1).collect()
+                }
+            };
+            if allowed.is_empty() {
+                return Err(describe(&g.term, "no domain satisfies it"));
+            }
+            if !fixed && key != labels::HOSTNAME {
+                let req = own(&Requirement::is_in(key, allowed));
+                narrowed.retain(|r| r.key() != key);
+                narrowed.push(req);
+            }
+        }
+        for &gid in inverse {
+            let g = &self.groups[gid];
+            let key = g.term.key.as_str();
+            let blocked: Vec<&String> = g.owners.iter().filter(|(_, c)| **c > 0).map(|(d, _)| d).collect();
+            match domain_of(key) {
+                Domain::Fixed(d) if blocked.iter().any(|b| *b == d) => {
+                    return Err(format!("a running pod's anti-affinity on {key} keeps this pod out of {d}"));
+                }
+                Domain::Open(r) if !blocked.is_empty() => {
+                    let avoid = Requirement::not_in(key, blocked.into_iter().cloned());
+                    let req = narrowed.iter().find(|n| n.key() == key).map_or(avoid.clone(), |n| n.intersect(&avoid));
+                    let req = match r {
+                        Some(r) => req.intersect(r),
+                        None => req,
+                    };
+                    if req.is_empty() {
+                        return Err(format!("a running pod's anti-affinity on {key} excludes every domain"));
+                    }
+                    narrowed.retain(|n| n.key() != key);
+                    narrowed.push(req);
+                }
+                _ => {}
+            }
+        }
+        Ok(narrowed)
+    }
+
+    fn spread_min(&self, g: &Group, pod_reqs: &Requirements) -> i32 {
+        if g.term.key == labels::HOSTNAME {
+            return 0;
+        }
+        let filter = if g.term.honor_node_affinity { pod_reqs.get(&g.term.key) } else { None };
+        let mut domains: BTreeSet<&String> =
+            self.universe.get(&g.term.key).into_iter().flatten().filter(|d| filter.is_none_or(|f| f.has(d))).collect();
+        domains.extend(g.counts.keys().filter(|d| filter.is_none_or(|f| f.has(d))));
+        if let Some(min_domains) = g.term.min_domains
+            && (domains.len() as i32) < min_domains
+        {
+            return 0;
+        }
+        domains.iter().map(|d| g.count(d)).min().unwrap_or(0)
+    }
+
+    /// Records `pod` landing on a target: counts grow in the groups that select it, and its own
+    /// anti-affinity claims its domain.
+    pub(crate) fn record(&mut self, pod: &PodInfo, selecting: &[usize], owned: &[usize], domain_of: &dyn Fn(&str) -> Option<String>) {
+        for &gid in selecting {
+            let key = self.groups[gid].term.key.clone();
+            if let Some(d) = domain_of(&key) {
+                *self.groups[gid].counts.entry(d).or_default() += 1;
+            }
+        }
+        for &gid in owned {
+            if self.groups[gid].term.kind == TopologyKind::AntiAffinity {
+                let key = self.groups[gid].term.key.clone();
+                if let Some(d) = domain_of(&key) {
+                    *self.groups[gid].owners.entry(d).or_default() += 1;
+                }
+            }
+        }
+        let _ = pod;
+    }
+}
+
+fn describe(t: &TopologyTerm, why: &str) -> String {
+    match t.kind {
+        TopologyKind::Spread => format!("topology spread on {} (maxSkew {}) cannot be met: {why}", t.key, t.max_skew),
+        TopologyKind::Affinity => format!("pod affinity on {} cannot be met: {why}", t.key),
+        TopologyKind::AntiAffinity => format!("pod anti-affinity on {} cannot be met: {why}", t.key),
+    }
+}
