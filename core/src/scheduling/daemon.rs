@@ -52,10 +52,8 @@ pub fn daemon_overhead(node: &Requirements, daemons: &[&DaemonPod]) -> Resources
     }
     // Keys the candidates mention that the node leaves open to several values.
     let mut choices: Vec<Vec<Requirement>> = Vec::new();
-    let mut keys: Vec<&str> = candidates
-        .iter()
-        .flat_map(|d| d.alternatives.iter().flat_map(|a| a.iter().map(Requirement::key)))
-        .collect();
+    let mut keys: Vec<&str> =
+        candidates.iter().flat_map(|d| d.alternatives.iter().flat_map(|a| a.iter().map(Requirement::key))).collect();
     keys.sort_unstable();
     keys.dedup();
     let mut total: usize = 1;
@@ -123,7 +121,9 @@ mod tests {
         DaemonPod {
             name: name.into(),
             requests: Resources::cpu_memory(cpu, 0),
-            alternatives: vec![alt.map(|(k, v)| [Requirement::is_in(k, [v])].into_iter().collect()).unwrap_or_default()],
+            alternatives: vec![
+                alt.map(|(k, v)| [Requirement::is_in(k, [v])].into_iter().collect()).unwrap_or_default(),
+            ],
             tolerations: Vec::new(),
         }
     }

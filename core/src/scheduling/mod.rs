@@ -11,11 +11,17 @@ mod requirements;
 mod scheduler;
 pub mod taints;
 mod topology;
+pub mod workload;
 
 pub use daemon::{DaemonPod, MAX_REALIZATIONS, daemon_overhead};
-pub use pod::{Constraints, HostPort, PodError, PodInfo, Relaxation, Selector, TopologyKind, TopologyTerm, pod_requests};
+pub use pod::{
+    Constraints, HostPort, PodError, PodInfo, Relaxation, Selector, TopologyKind, TopologyTerm, pod_requests,
+};
 pub use requirements::{Incompatible, Requirement, Requirements};
 pub use scheduler::{
     ClaimPlan, ExistingNode, Launch, NodePlacement, Packing, PoolInput, Results, Scheduler, SchedulerOptions,
     Unschedulable,
 };
+
+#[cfg(test)]
+mod tests;

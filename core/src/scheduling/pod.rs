@@ -276,7 +276,8 @@ impl PodInfo {
         let key = format!("{namespace}/{}", pod.metadata.name.as_deref().unwrap_or(""));
         let default_spec = PodSpec::default();
         let spec = pod.spec.as_ref().unwrap_or(&default_spec);
-        let requests = pod_requests(spec).map_err(|(field, e)| PodError { pod: key.clone(), field, message: e.to_string() })?;
+        let requests =
+            pod_requests(spec).map_err(|(field, e)| PodError { pod: key.clone(), field, message: e.to_string() })?;
         let node_selector = spec
             .node_selector
             .iter()
@@ -305,10 +306,16 @@ impl PodInfo {
         }
         let pod_affinity = spec.affinity.as_ref().and_then(|a| a.pod_affinity.as_ref());
         let pod_anti = spec.affinity.as_ref().and_then(|a| a.pod_anti_affinity.as_ref());
-        for t in pod_affinity.and_then(|a| a.required_during_scheduling_ignored_during_execution.as_ref()).into_iter().flatten() {
+        for t in pod_affinity
+            .and_then(|a| a.required_during_scheduling_ignored_during_execution.as_ref())
+            .into_iter()
+            .flatten()
+        {
             topology.push(affinity_term(TopologyKind::Affinity, &namespace, t));
         }
-        for t in pod_anti.and_then(|a| a.required_during_scheduling_ignored_during_execution.as_ref()).into_iter().flatten() {
+        for t in
+            pod_anti.and_then(|a| a.required_during_scheduling_ignored_during_execution.as_ref()).into_iter().flatten()
+        {
             topology.push(affinity_term(TopologyKind::AntiAffinity, &namespace, t));
         }
         let mut preferred_affinity: Vec<(i32, TopologyTerm)> = pod_affinity
@@ -414,7 +421,9 @@ impl Relaxation {
         let mut topology = pod.topology.clone();
         topology.extend(pod.soft_spreads.iter().skip(self.soft_spreads_dropped).cloned());
         topology.extend(pod.preferred_affinity.iter().skip(self.preferred_affinity_dropped).map(|(_, t)| t.clone()));
-        topology.extend(pod.preferred_anti_affinity.iter().skip(self.preferred_anti_affinity_dropped).map(|(_, t)| t.clone()));
+        topology.extend(
+            pod.preferred_anti_affinity.iter().skip(self.preferred_anti_affinity_dropped).map(|(_, t)| t.clone()),
+        );
         Constraints { requirements, topology, tolerate_prefer_no_schedule: self.tolerate_prefer_no_schedule }
     }
 
@@ -453,7 +462,8 @@ mod tests {
     use serde_json::json;
 
     fn pod(spec: serde_json::Value) -> PodInfo {
-        let p: Pod = serde_json::from_value(json!({"metadata": {"name": "p", "namespace": "ns"}, "spec": spec})).unwrap();
+        let p: Pod =
+            serde_json::from_value(json!({"metadata": {"name": "p", "namespace": "ns"}, "spec": spec})).unwrap();
         PodInfo::from_pod(&p).unwrap()
     }
 

@@ -32,7 +32,14 @@ fn sorted(values: impl IntoIterator<Item = impl Into<String>>) -> Vec<String> {
 impl Requirement {
     /// `key In values`.
     pub fn is_in(key: &str, values: impl IntoIterator<Item = impl Into<String>>) -> Self {
-        Self { key: labels::normalize(key).to_owned(), complement: false, values: sorted(values), gte: None, lte: None, min_values: None }
+        Self {
+            key: labels::normalize(key).to_owned(),
+            complement: false,
+            values: sorted(values),
+            gte: None,
+            lte: None,
+            min_values: None,
+        }
     }
 
     /// `key NotIn values`.
@@ -401,12 +408,18 @@ impl Requirements {
                 None => {
                     let excludes_only = matches!(r.operator(), Operator::NotIn | Operator::DoesNotExist);
                     if !(excludes_only || allow_undefined_well_known && labels::is_well_known(&r.key)) {
-                        return Err(Incompatible { key: r.key.clone(), reason: format!("label {:?} does not exist (requires {r})", r.key) });
+                        return Err(Incompatible {
+                            key: r.key.clone(),
+                            reason: format!("label {:?} does not exist (requires {r})", r.key),
+                        });
                     }
                 }
                 Some(mine) => {
                     if !mine.intersects(r) && !(mine.allows_absence() && r.allows_absence()) {
-                        return Err(Incompatible { key: r.key.clone(), reason: format!("requires {r}, but the node offers {mine}") });
+                        return Err(Incompatible {
+                            key: r.key.clone(),
+                            reason: format!("requires {r}, but the node offers {mine}"),
+                        });
                     }
                 }
             }
@@ -424,7 +437,10 @@ impl Requirements {
                 Ordering::Greater => j += 1,
                 Ordering::Equal => {
                     if !a.intersects(b) && !(a.allows_absence() && b.allows_absence()) {
-                        return Err(Incompatible { key: a.key.clone(), reason: format!("requires {b}, but offers {a}") });
+                        return Err(Incompatible {
+                            key: a.key.clone(),
+                            reason: format!("requires {b}, but offers {a}"),
+                        });
                     }
                     i += 1;
                     j += 1;
@@ -498,10 +514,15 @@ mod tests {
         let n = Requirement::not_in("k", ["b"]);
         assert_eq!(a.intersect(&n).values(), ["a", "c"]);
         assert!(n.intersect(&Requirement::not_in("k", ["c"])).is_complement());
-        let range = Requirement::new("k", Operator::Gte, &v(&["2"])).intersect(&Requirement::new("k", Operator::Lte, &v(&["4"])));
+        let range = Requirement::new("k", Operator::Gte, &v(&["2"])).intersect(&Requirement::new(
+            "k",
+            Operator::Lte,
+            &v(&["4"]),
+        ));
         assert_eq!(range.len(), 3);
         assert!(range.has("3") && !range.has("5"));
-        let empty = Requirement::new("k", Operator::Gt, &v(&["5"])).intersect(&Requirement::new("k", Operator::Lt, &v(&["3"])));
+        let empty =
+            Requirement::new("k", Operator::Gt, &v(&["5"])).intersect(&Requirement::new("k", Operator::Lt, &v(&["3"])));
         assert!(empty.is_empty());
         assert_eq!(range.intersect(&Requirement::is_in("k", ["1", "3", "x"])).values(), ["3"]);
         assert!(!a.intersects(&Requirement::is_in("k", ["z"])));

@@ -2,15 +2,16 @@
 //! NodePools by weight.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Taint;
 use serde::Serialize;
 
 use super::daemon::{DaemonPod, daemon_overhead};
-use super::pod::{Constraints, HostPort, PodInfo, Relaxation};
+use super::pod::{Constraints, HostPort, PodInfo, Relaxation, TopologyKind};
 use super::requirements::{Requirement, Requirements};
 use super::taints;
-use super::topology::{Domain, Topology};
+use super::topology::{Domain, DomainFilter, Landed, Topology};
 use crate::api::{NodePool, labels};
 use crate::cloud::{CapacityType, InstanceType, Offering};
 use crate::resources::{ResourceName, Resources, format_quantity};
@@ -106,8 +107,9 @@ pub struct ClaimPlan {
     /// The pods it is for (`namespace/name`).
     pub pods: Vec<String>,
     /// Instance types it may launch, cheapest first.
-    pub instance_types: Vec<String>,
-    /// Its requirements (the pool's, the pods', the topology's, and the instance types).
+    pub instance_types: Vec<Arc<str>>,
+    /// Its requirements: the pool's, the pods', and the topology's (see
+    /// [`ClaimPlan::node_claim_requirements`] for the full set a NodeClaim carries).
     pub requirements: Requirements,
     /// The pods' requests.
     pub requests: Resources,
@@ -118,6 +120,16 @@ pub struct ClaimPlan {
     /// The most the claim could cost: the worst compatible offering of the first capacity type (reserved,
     /// spot, on-demand) it can use.
     pub worst_case_price: f64,
+}
+
+impl ClaimPlan {
+    /// The requirements of the NodeClaim to create: [`ClaimPlan::requirements`] plus
+    /// `node.kubernetes.io/instance-type In [instance_types]`.
+    pub fn node_claim_requirements(&self) -> Requirements {
+        let mut r = self.requirements.clone();
+        r.add(Requirement::is_in(labels::INSTANCE_TYPE, self.instance_types.iter().map(|n| n.to_string())));
+        r
+    }
 }
 
 /// Pods placed on an existing node.
@@ -158,6 +170,7 @@ impl Results {
 
 #[derive(Debug, Clone)]
 struct TypeEntry {
+    name: Arc<str>,
     it: InstanceType,
     reqs: Requirements,
     avail: Resources,
@@ -185,7 +198,6 @@ struct Claim {
     requests: Resources,
     pods: Vec<usize>,
     host_ports: Vec<HostPort>,
-    hostname: String,
     price: Option<f64>,
 }
 
@@ -196,9 +208,76 @@ struct Node {
     pods: Vec<usize>,
 }
 
+/// A placement that fits a claim: the narrowed requirements (when they change) and either the re-filtered
+/// options (when requirements change) or how many cheap options at the front no longer fit.
 struct Fit {
     reqs: Option<Requirements>,
-    options: Vec<u32>,
+    options: Option<Vec<u32>>,
+    first: usize,
+}
+
+/// Merges sets of `(load, claim)` in ascending order, lazily: searches usually stop at the first entry.
+struct MergeByLoad<'a> {
+    heads: Vec<std::iter::Peekable<std::collections::btree_set::Iter<'a, (usize, usize)>>>,
+}
+
+impl<'a> MergeByLoad<'a> {
+    fn new(sets: Vec<&'a BTreeSet<(usize, usize)>>) -> Self {
+        Self { heads: sets.into_iter().map(|s| s.iter().peekable()).collect() }
+    }
+}
+
+impl Iterator for MergeByLoad<'_> {
+    type Item = (usize, usize);
+    fn next(&mut self) -> Option<Self::Item> {
+        let mut best: Option<(usize, (usize, usize))> = None;
+        for (i, h) in self.heads.iter_mut().enumerate() {
+            if let Some(&&v) = h.peek()
+                && best.is_none_or(|(_, b)| v < b)
+            {
+                best = Some((i, v));
+            }
+        }
+        let (i, v) = best?;
+        self.heads[i].next();
+        Some(v)
+    }
+}
+
+/// The offering-level requirements (zone, capacity type, reservation) of a claim, looked up once.
+#[derive(Clone, Copy)]
+struct OfferFilter<'a> {
+    zone: Option<&'a Requirement>,
+    capacity_type: Option<&'a Requirement>,
+    reservation: Option<&'a Requirement>,
+    ceiling: Option<f64>,
+}
+
+impl<'a> OfferFilter<'a> {
+    fn new(reqs: &'a Requirements, ceiling: Option<f64>) -> Self {
+        Self {
+            zone: reqs.get(labels::ZONE),
+            capacity_type: reqs.get(labels::CAPACITY_TYPE),
+            reservation: reqs.get(labels::RESERVATION_ID),
+            ceiling,
+        }
+    }
+
+    #[inline]
+    fn ok(&self, o: &Offering) -> bool {
+        o.available
+            && self.ceiling.is_none_or(|c| o.price < c)
+            && self.zone.is_none_or(|r| r.has(&o.zone))
+            && self.capacity_type.is_none_or(|r| r.has(o.capacity_type.as_str()))
+            && self.reservation.is_none_or(|r| o.reservation_id.as_deref().is_some_and(|id| r.has(id)))
+            && (o.capacity_type != CapacityType::Reserved || o.reservation_capacity.unwrap_or(0) > 0)
+    }
+
+    /// The cheapest passing offering of a type whose offerings are sorted by price.
+    #[inline]
+    fn cheapest<'t>(&self, it: &'t InstanceType) -> Option<&'t Offering> {
+        it.offerings.iter().find(|o| self.ok(o))
+    }
 }
 
 fn offering_ok(o: &Offering, reqs: &Requirements) -> bool {
@@ -210,21 +289,13 @@ fn offering_ok(o: &Offering, reqs: &Requirements) -> bool {
 }
 
 fn cheapest(it: &InstanceType, reqs: &Requirements, ceiling: Option<f64>) -> Option<f64> {
-    it.offerings
-        .iter()
-        .filter(|o| offering_ok(o, reqs) && ceiling.is_none_or(|c| o.price < c))
-        .map(|o| o.price)
-        .min_by(f64::total_cmp)
+    OfferFilter::new(reqs, ceiling).cheapest(it).map(|o| o.price)
 }
 
 /// The worst price of the first capacity type (reserved, spot, on-demand) with a compatible offering.
-fn worst_launch_price(it: &InstanceType, reqs: &Requirements) -> Option<f64> {
+fn worst_launch_price(it: &InstanceType, filter: &OfferFilter<'_>) -> Option<f64> {
     CapacityType::ALL.iter().find_map(|ct| {
-        it.offerings
-            .iter()
-            .filter(|o| o.capacity_type == *ct && offering_ok(o, reqs))
-            .map(|o| o.price)
-            .max_by(f64::total_cmp)
+        it.offerings.iter().filter(|o| o.capacity_type == *ct && filter.ok(o)).map(|o| o.price).max_by(f64::total_cmp)
     })
 }
 
@@ -249,6 +320,12 @@ pub struct Scheduler {
     nodes: Vec<Node>,
     claims: Vec<Claim>,
     by_load: BTreeSet<(usize, usize)>,
+    /// For hostname anti-affinity and hostname spread groups: the claims that can still take a pod the
+    /// group selects, least loaded first. Pods with such a constraint search these instead of every claim.
+    free: HashMap<usize, BTreeSet<(usize, usize)>>,
+    /// For topology keys other than the hostname: claims by the single domain they are pinned to (`None`:
+    /// still open), least loaded first. Pods allowed only some domains search these.
+    by_domain: HashMap<String, HashMap<Option<String>, BTreeSet<(usize, usize)>>>,
     topology: Topology,
     options: SchedulerOptions,
     prefer_no_schedule: bool,
@@ -307,11 +384,45 @@ impl Scheduler {
             l.entry(labels::HOSTNAME.to_owned()).or_insert(node);
             topology.add_bound(pod, l);
         }
-        Self { pools: built, nodes, claims: Vec::new(), by_load: BTreeSet::new(), topology, options, prefer_no_schedule }
+        Self {
+            pools: built,
+            nodes,
+            claims: Vec::new(),
+            by_load: BTreeSet::new(),
+            free: HashMap::new(),
+            by_domain: HashMap::new(),
+            topology,
+            options,
+            prefer_no_schedule,
+        }
     }
 
-    /// Schedules `pods`, returning where each lands and what must be bought.
-    pub fn solve(mut self, pods: Vec<PodInfo>) -> Results {
+    /// Schedules `pods` in the given order (no largest-first sorting), as if they arrived one by one.
+    pub fn place_in_order(&mut self, pods: Vec<PodInfo>) -> Results {
+        let this = std::mem::replace(self, Self::empty());
+        this.solve_ordered(pods, false)
+    }
+
+    fn empty() -> Self {
+        Self {
+            pools: Vec::new(),
+            nodes: Vec::new(),
+            claims: Vec::new(),
+            by_load: BTreeSet::new(),
+            free: HashMap::new(),
+            by_domain: HashMap::new(),
+            topology: Topology::default(),
+            options: SchedulerOptions::default(),
+            prefer_no_schedule: false,
+        }
+    }
+
+    /// Schedules `pods`, largest first, returning where each lands and what must be bought.
+    pub fn solve(self, pods: Vec<PodInfo>) -> Results {
+        self.solve_ordered(pods, true)
+    }
+
+    fn solve_ordered(mut self, pods: Vec<PodInfo>, largest_first: bool) -> Results {
         let mut pods = pods;
         if self.options.ignore_preferences {
             for p in &mut pods {
@@ -333,15 +444,26 @@ impl Scheduler {
                 self.topology.group(t);
             }
         }
+        for g in 0..self.topology.len() {
+            if self.topology.is_hostname(g) {
+                if self.topology.kind(g) != TopologyKind::Affinity {
+                    self.free.insert(g, BTreeSet::new());
+                }
+            } else {
+                self.by_domain.entry(self.topology.key(g).to_owned()).or_default();
+            }
+        }
         let selecting: Vec<Vec<usize>> = pods.iter().map(|p| self.topology.selecting(p)).collect();
         let mut order: Vec<usize> = (0..pods.len()).collect();
-        order.sort_by(|&a, &b| {
-            let (ra, rb) = (&pods[a].requests, &pods[b].requests);
-            rb.get(ResourceName::CPU)
-                .cmp(&ra.get(ResourceName::CPU))
-                .then(rb.get(ResourceName::MEMORY).cmp(&ra.get(ResourceName::MEMORY)))
-                .then_with(|| pods[a].key.cmp(&pods[b].key))
-        });
+        if largest_first {
+            order.sort_by(|&a, &b| {
+                let (ra, rb) = (&pods[a].requests, &pods[b].requests);
+                rb.get(ResourceName::CPU)
+                    .cmp(&ra.get(ResourceName::CPU))
+                    .then(rb.get(ResourceName::MEMORY).cmp(&ra.get(ResourceName::MEMORY)))
+                    .then_with(|| pods[a].key.cmp(&pods[b].key))
+            });
+        }
         let mut relax = vec![Relaxation::default(); pods.len()];
         let mut errors: HashMap<usize, String> = HashMap::new();
         let mut pending = order;
@@ -384,7 +506,13 @@ impl Scheduler {
         }
     }
 
-    fn place_with(&mut self, pods: &[PodInfo], i: usize, selecting: &[usize], cons: &Constraints) -> Result<(), String> {
+    fn place_with(
+        &mut self,
+        pods: &[PodInfo],
+        i: usize,
+        selecting: &[usize],
+        cons: &Constraints,
+    ) -> Result<(), String> {
         let pod = &pods[i];
         let groups: Vec<usize> = cons.topology.iter().filter_map(|t| self.topology.id(t)).collect();
         let inverse = self.topology.inverse(pod);
@@ -397,19 +525,63 @@ impl Scheduler {
                 node.input.host_ports.extend(pod.host_ports.iter().cloned());
                 node.pods.push(i);
                 let labels_of = node.input.labels.clone();
-                self.topology.record(pod, selecting, &groups, &|k| labels_of.get(k).cloned());
+                self.topology.record(selecting, &groups, &|k| labels_of.get(k).cloned().map(Landed::Named));
                 return Ok(());
             }
         }
         // 2. Claims opened earlier in the pass, least loaded first.
         let mut best_marginal: Option<(f64, usize, Fit)> = None;
         let mut first_fit: Option<(usize, Fit)> = None;
-        let loads: Vec<usize> = self.by_load.iter().map(|(_, c)| *c).collect();
-        for c in loads {
-            let Ok(fit) = self.try_claim(&self.claims[c], pod, cons, &groups, &inverse) else { continue };
+        let hostname_groups: Vec<usize> = groups.iter().copied().filter(|g| self.topology.is_hostname(*g)).collect();
+        let hostname_inverse: Vec<usize> = inverse.iter().copied().filter(|g| self.topology.is_hostname(*g)).collect();
+        let domain_filters: Vec<(&str, DomainFilter)> = groups
+            .iter()
+            .filter_map(|g| {
+                self.topology.domain_filter(*g, pod, &cons.requirements).map(|f| (self.topology.key(*g), f))
+            })
+            .collect();
+        // A constraint that rules out most claims narrows the search to the claims it still allows.
+        let narrowest = hostname_groups.iter().copied().find(|g| {
+            self.free.contains_key(g) && (self.topology.kind(*g) == TopologyKind::AntiAffinity || selecting.contains(g))
+        });
+        let search: Vec<&BTreeSet<(usize, usize)>> = match narrowest.and_then(|g| self.free.get(&g)) {
+            Some(set) => vec![set],
+            None => domain_filters
+                .iter()
+                .find_map(|(key, f)| match f {
+                    DomainFilter::Allow(domains) => self.by_domain.get(*key).map(|index| {
+                        domains
+                            .iter()
+                            .map(|d| Some(d.clone()))
+                            .chain(std::iter::once(None))
+                            .filter_map(|d| index.get(&d))
+                            .collect()
+                    }),
+                    DomainFilter::Block(_) => None,
+                })
+                .unwrap_or_else(|| vec![&self.by_load]),
+        };
+        for (_, c) in MergeByLoad::new(search) {
+            // Cheap rejections first: no allocation, no requirement algebra.
+            let claim = &self.claims[c];
+            if !claim.requests.add(&pod.requests).fits(&claim.max_avail)
+                || hostname_groups.iter().any(|g| !self.topology.claim_allows(*g, pod, c))
+                || hostname_inverse.iter().any(|g| self.topology.claim_owned(*g, c))
+                || domain_filters
+                    .iter()
+                    .any(|(key, f)| claim.reqs.get(key).and_then(|r| r.single()).is_some_and(|d| !f.admits(d)))
+            {
+                continue;
+            }
+            let Ok(fit) = self.try_claim(claim, c, pod, cons, &groups, &inverse, false) else { continue };
             let pool = &self.pools[self.claims[c].pool];
             if pool.packing == Packing::MarginalCost {
-                let after = self.price_of(pool, fit.reqs.as_ref().unwrap_or(&self.claims[c].reqs), &fit.options);
+                let after = self.price_of(
+                    pool,
+                    fit.reqs.as_ref().unwrap_or(&self.claims[c].reqs),
+                    fit.options.as_deref().unwrap_or(&self.claims[c].options[fit.first..]),
+                    &self.claims[c].requests.add(&pod.requests),
+                );
                 if let (Some(before), Some(after)) = (self.claims[c].price, after) {
                     let delta = after - before;
                     if best_marginal.as_ref().is_none_or(|(d, _, _)| delta < *d) {
@@ -431,7 +603,12 @@ impl Scheduler {
             match self.new_claim(p, pod, cons, &groups, &inverse) {
                 Ok((claim, fit)) => {
                     if let Some((delta, c, _)) = &best_marginal {
-                        let open_price = self.price_of(&self.pools[p], fit.reqs.as_ref().unwrap_or(&claim.reqs), &fit.options);
+                        let open_price = self.price_of(
+                            &self.pools[p],
+                            fit.reqs.as_ref().unwrap_or(&claim.reqs),
+                            fit.options.as_deref().unwrap_or(&claim.options[fit.first..]),
+                            &pod.requests,
+                        );
                         if open_price.is_none_or(|open| *delta <= open) {
                             let c = *c;
                             let Some((_, _, fit)) = best_marginal.take() else { unreachable!("checked above") };
@@ -442,6 +619,13 @@ impl Scheduler {
                     self.claims.push(claim);
                     let c = self.claims.len() - 1;
                     self.by_load.insert((0, c));
+                    for (key, index) in self.by_domain.iter_mut() {
+                        let value = self.claims[c].reqs.get(key).and_then(|r| r.single()).map(str::to_owned);
+                        index.entry(value).or_default().insert((0, c));
+                    }
+                    for set in self.free.values_mut() {
+                        set.insert((0, c));
+                    }
                     self.commit(c, pods, i, selecting, &groups, fit);
                     let pool = &mut self.pools[p];
                     let max_cap = self.claims[c]
@@ -469,14 +653,23 @@ impl Scheduler {
         Err(reasons.join("; "))
     }
 
-    fn price_of(&self, pool: &Pool, reqs: &Requirements, options: &[u32]) -> Option<f64> {
+    fn price_of(&self, pool: &Pool, reqs: &Requirements, options: &[u32], total: &Resources) -> Option<f64> {
+        let filter = OfferFilter::new(reqs, self.options.price_ceiling);
         options
             .iter()
-            .filter_map(|o| cheapest(&pool.types[*o as usize].it, reqs, self.options.price_ceiling))
+            .filter(|o| total.fits(&pool.types[**o as usize].avail))
+            .filter_map(|o| filter.cheapest(&pool.types[*o as usize].it).map(|of| of.price))
             .min_by(f64::total_cmp)
     }
 
-    fn try_node(&self, n: usize, pod: &PodInfo, cons: &Constraints, groups: &[usize], inverse: &[usize]) -> Result<(), String> {
+    fn try_node(
+        &self,
+        n: usize,
+        pod: &PodInfo,
+        cons: &Constraints,
+        groups: &[usize],
+        inverse: &[usize],
+    ) -> Result<(), String> {
         let node = &self.nodes[n];
         if !node.input.accepts_pods {
             return Err("node does not accept pods".into());
@@ -501,11 +694,25 @@ impl Scheduler {
         Ok(())
     }
 
-    fn try_claim(&self, claim: &Claim, pod: &PodInfo, cons: &Constraints, groups: &[usize], inverse: &[usize]) -> Result<Fit, String> {
+    #[allow(clippy::too_many_arguments)]
+    fn try_claim(
+        &self,
+        claim: &Claim,
+        index: usize,
+        pod: &PodInfo,
+        cons: &Constraints,
+        groups: &[usize],
+        inverse: &[usize],
+        want_reason: bool,
+    ) -> Result<Fit, String> {
         let pool = &self.pools[claim.pool];
         let total = claim.requests.add(&pod.requests);
         if !total.fits(&claim.max_avail) {
-            return Err("insufficient resources".into());
+            return Err(if want_reason {
+                self.fit_reason(pool, &claim.reqs, &claim.options, &total)
+            } else {
+                String::new()
+            });
         }
         if let Some(t) = taints::untolerated(&pool.taints, &pod.tolerations, cons.tolerate_prefer_no_schedule) {
             return Err(format!(
@@ -525,9 +732,8 @@ impl Scheduler {
         };
         if !groups.is_empty() || !inverse.is_empty() {
             let current = reqs.as_ref().unwrap_or(&claim.reqs);
-            let hostname = claim.hostname.as_str();
             let narrowed = self.topology.check(pod, &cons.requirements, groups, inverse, &|k| {
-                if k == labels::HOSTNAME { Domain::Fixed(hostname) } else { Domain::Open(current.get(k)) }
+                if k == labels::HOSTNAME { Domain::Claim(index) } else { Domain::Open(current.get(k)) }
             })?;
             if !narrowed.is_empty() {
                 let mut r = reqs.take().unwrap_or_else(|| claim.reqs.clone());
@@ -540,7 +746,22 @@ impl Scheduler {
         if pod.host_ports.iter().any(|p| claim.host_ports.iter().any(|q| p.conflicts(q))) {
             return Err("a host port is already taken on the claim".into());
         }
+        if reqs.as_ref().is_some_and(|r| *r == claim.reqs) {
+            reqs = None;
+        }
         let ceiling = self.options.price_ceiling;
+        let final_reqs = reqs.as_ref().unwrap_or(&claim.reqs);
+        let has_min_values = final_reqs.iter().any(|r| r.min_values().is_some());
+        if reqs.is_none() && ceiling.is_none() && !has_min_values {
+            // Requirements unchanged: every option still satisfies them; only the fit may have changed,
+            // and options are cheapest first, so the first that fits is all that matters.
+            return match claim.options.iter().position(|o| total.fits(&pool.types[*o as usize].avail)) {
+                Some(first) => Ok(Fit { reqs: None, options: None, first }),
+                None if want_reason => Err(self.fit_reason(pool, &claim.reqs, &claim.options, &total)),
+                None => Err(String::new()),
+            };
+        }
+        let filter = OfferFilter::new(final_reqs, ceiling);
         let options: Vec<u32> = claim
             .options
             .iter()
@@ -548,33 +769,41 @@ impl Scheduler {
             .filter(|o| {
                 let te = &pool.types[*o as usize];
                 total.fits(&te.avail)
-                    && reqs.as_ref().is_none_or(|r| {
-                        te.reqs.intersects(r).is_ok() && te.it.offerings.iter().any(|of| offering_ok(of, r))
-                    })
-                    && (ceiling.is_none() || cheapest(&te.it, reqs.as_ref().unwrap_or(&claim.reqs), ceiling).is_some())
+                    && reqs.as_ref().is_none_or(|r| te.reqs.intersects(r).is_ok())
+                    && filter.cheapest(&te.it).is_some()
             })
             .collect();
         if options.is_empty() {
-            return Err(self.fit_reason(pool, reqs.as_ref().unwrap_or(&claim.reqs), &claim.options, &total));
+            return Err(if want_reason {
+                self.fit_reason(pool, final_reqs, &claim.options, &total)
+            } else {
+                String::new()
+            });
         }
-        let final_reqs = reqs.as_ref().unwrap_or(&claim.reqs);
         for r in final_reqs.iter() {
             if let Some(min) = r.min_values() {
                 let mut distinct = BTreeSet::new();
                 for o in &options {
                     let te = &pool.types[*o as usize];
                     match r.key() {
-                        labels::ZONE => distinct.extend(te.it.offerings.iter().filter(|of| offering_ok(of, final_reqs)).map(|of| of.zone.as_str())),
-                        labels::CAPACITY_TYPE => distinct.extend(te.it.offerings.iter().filter(|of| offering_ok(of, final_reqs)).map(|of| of.capacity_type.as_str())),
+                        labels::ZONE => distinct
+                            .extend(te.it.offerings.iter().filter(|of| filter.ok(of)).map(|of| of.zone.as_str())),
+                        labels::CAPACITY_TYPE => distinct.extend(
+                            te.it.offerings.iter().filter(|of| filter.ok(of)).map(|of| of.capacity_type.as_str()),
+                        ),
                         k => distinct.extend(te.it.label(k)),
                     }
                 }
                 if (distinct.len() as u32) < min {
-                    return Err(format!("minValues {min} of {} cannot be met: only {} value(s) remain", r.key(), distinct.len()));
+                    return Err(format!(
+                        "minValues {min} of {} cannot be met: only {} value(s) remain",
+                        r.key(),
+                        distinct.len()
+                    ));
                 }
             }
         }
-        Ok(Fit { reqs, options })
+        Ok(Fit { reqs, options: Some(options), first: 0 })
     }
 
     fn fit_reason(&self, pool: &Pool, reqs: &Requirements, options: &[u32], total: &Resources) -> String {
@@ -590,7 +819,13 @@ impl Scheduler {
         let short: Vec<String> = total
             .exceeding(&largest)
             .into_iter()
-            .map(|n| format!("{n} {} (largest compatible offers {})", format_quantity(n, total.get(n)), format_quantity(n, largest.get(n))))
+            .map(|n| {
+                format!(
+                    "{n} {} (largest compatible offers {})",
+                    format_quantity(n, total.get(n)),
+                    format_quantity(n, largest.get(n))
+                )
+            })
             .collect();
         if short.is_empty() {
             if self.options.price_ceiling.is_some() {
@@ -601,7 +836,14 @@ impl Scheduler {
         format!("no instance type has room for {}", short.join(", "))
     }
 
-    fn new_claim(&self, p: usize, pod: &PodInfo, cons: &Constraints, groups: &[usize], inverse: &[usize]) -> Result<(Claim, Fit), String> {
+    fn new_claim(
+        &self,
+        p: usize,
+        pod: &PodInfo,
+        cons: &Constraints,
+        groups: &[usize],
+        inverse: &[usize],
+    ) -> Result<(Claim, Fit), String> {
         let pool = &self.pools[p];
         if pool.remaining_nodes == Some(0) {
             return Err("its node limit is reached".into());
@@ -626,10 +868,9 @@ impl Scheduler {
             requests: Resources::ZERO,
             pods: Vec::new(),
             host_ports: Vec::new(),
-            hostname: format!("hostname-placeholder-{:04}", self.claims.len()),
             price: None,
         };
-        let fit = self.try_claim(&claim, pod, cons, groups, inverse)?;
+        let fit = self.try_claim(&claim, self.claims.len(), pod, cons, groups, inverse, true)?;
         Ok((claim, fit))
     }
 
@@ -637,13 +878,30 @@ impl Scheduler {
         let pod = &pods[i];
         let load = self.claims[c].pods.len();
         self.by_load.remove(&(load, c));
+        for (key, index) in self.by_domain.iter_mut() {
+            let value = self.claims[c].reqs.get(key).and_then(|r| r.single()).map(str::to_owned);
+            if let Some(set) = index.get_mut(&value) {
+                set.remove(&(load, c));
+            }
+        }
         let pool = &self.pools[self.claims[c].pool];
         let claim = &mut self.claims[c];
         if let Some(r) = fit.reqs {
             claim.reqs = r;
         }
-        claim.options = fit.options;
-        claim.max_avail = claim.options.iter().fold(Resources::ZERO, |acc, o| acc.max(&pool.types[*o as usize].avail));
+        match fit.options {
+            Some(options) => {
+                claim.options = options;
+                claim.max_avail =
+                    claim.options.iter().fold(Resources::ZERO, |acc, o| acc.max(&pool.types[*o as usize].avail));
+            }
+            None if fit.first > 0 => {
+                claim.options.drain(..fit.first);
+                claim.max_avail =
+                    claim.options.iter().fold(Resources::ZERO, |acc, o| acc.max(&pool.types[*o as usize].avail));
+            }
+            None => {}
+        }
         claim.requests.add_assign(&pod.requests);
         claim.host_ports.extend(pod.host_ports.iter().cloned());
         claim.pods.push(i);
@@ -651,18 +909,44 @@ impl Scheduler {
             claim
                 .options
                 .iter()
-                .filter_map(|o| cheapest(&pool.types[*o as usize].it, &claim.reqs, self.options.price_ceiling))
+                .filter(|o| claim.requests.fits(&pool.types[**o as usize].avail))
+                .filter_map(|o| {
+                    OfferFilter::new(&claim.reqs, self.options.price_ceiling)
+                        .cheapest(&pool.types[*o as usize].it)
+                        .map(|of| of.price)
+                })
                 .min_by(f64::total_cmp)
         } else {
             None
         };
         claim.price = price;
         self.by_load.insert((claim.pods.len(), c));
-        let hostname = claim.hostname.clone();
-        let reqs = claim.reqs.clone();
-        self.topology.record(pod, selecting, groups, &|k| {
-            if k == labels::HOSTNAME { Some(hostname.clone()) } else { reqs.get(k).and_then(|r| r.single()).map(str::to_owned) }
+        let new_load = claim.pods.len();
+        for (key, index) in self.by_domain.iter_mut() {
+            let value = self.claims[c].reqs.get(key).and_then(|r| r.single()).map(str::to_owned);
+            index.entry(value).or_default().insert((new_load, c));
+        }
+        for set in self.free.values_mut() {
+            if set.remove(&(load, c)) {
+                // Kept only while a pod the group selects could still join.
+                set.insert((new_load, c));
+            }
+        }
+        let reqs = &self.claims[c].reqs;
+        self.topology.record(selecting, groups, &|k| {
+            if k == labels::HOSTNAME {
+                Some(Landed::Claim(c))
+            } else {
+                reqs.get(k).and_then(|r| r.single()).map(|v| Landed::Named(v.to_owned()))
+            }
         });
+        for g in selecting.iter().chain(groups) {
+            if let Some(set) = self.free.get_mut(g)
+                && !self.topology.claim_open(*g, c)
+            {
+                set.remove(&(new_load, c));
+            }
+        }
     }
 
     fn finish(self, pods: &[PodInfo], failed: Vec<usize>, errors: HashMap<usize, String>) -> Results {
@@ -677,50 +961,56 @@ impl Scheduler {
             }
         }
         let mut claims = Vec::with_capacity(self.claims.len());
+        let ceiling = self.options.price_ceiling;
         for claim in &self.claims {
             let pool = &self.pools[claim.pool];
             let mut reqs = claim.reqs.clone();
-            let ceiling = self.options.price_ceiling;
-            let usable = |o: &Offering, reqs: &Requirements, reserved: &HashMap<String, u32>| {
-                offering_ok(o, reqs)
-                    && ceiling.is_none_or(|c| o.price < c)
-                    && o.reservation_id.as_ref().is_none_or(|id| reserved.get(id).copied().unwrap_or(0) > 0)
-            };
-            let mut priced: Vec<(f64, u32)> = claim
-                .options
-                .iter()
-                .filter_map(|o| {
-                    let it = &pool.types[*o as usize].it;
-                    it.offerings.iter().filter(|of| usable(of, &reqs, &reserved)).map(|of| of.price).min_by(f64::total_cmp).map(|p| (p, *o))
-                })
-                .collect();
-            priced.sort_by(|a, b| a.0.total_cmp(&b.0).then_with(|| pool.types[a.1 as usize].it.name.cmp(&pool.types[b.1 as usize].it.name)));
-            priced.truncate(self.options.max_instance_types.max(1));
-            let launch = priced.first().and_then(|(_, o)| {
-                let it = &pool.types[*o as usize].it;
-                it.offerings
+            let (launch, names, worst_case_price, daemon_overhead) = {
+                let filter = OfferFilter::new(&reqs, ceiling);
+                let usable = |o: &Offering, reserved: &HashMap<String, u32>| {
+                    filter.ok(o)
+                        && o.reservation_id.as_ref().is_none_or(|id| reserved.get(id).copied().unwrap_or(0) > 0)
+                };
+                let mut priced: Vec<(f64, u32)> = claim
+                    .options
                     .iter()
-                    .filter(|of| usable(of, &reqs, &reserved))
-                    .min_by(|a, b| a.price.total_cmp(&b.price).then_with(|| a.zone.cmp(&b.zone)))
-                    .map(|of| (it, of))
-            });
-            let launch = launch.map(|(it, of)| {
+                    .filter(|o| claim.requests.fits(&pool.types[**o as usize].avail))
+                    .filter_map(|o| {
+                        // Offerings are sorted by price: the first usable one is the cheapest.
+                        pool.types[*o as usize]
+                            .it
+                            .offerings
+                            .iter()
+                            .find(|of| usable(of, &reserved))
+                            .map(|of| (of.price, *o))
+                    })
+                    .collect();
+                priced.sort_by(|a, b| {
+                    a.0.total_cmp(&b.0).then_with(|| pool.types[a.1 as usize].name.cmp(&pool.types[b.1 as usize].name))
+                });
+                priced.truncate(self.options.max_instance_types.max(1));
+                let launch = priced.first().and_then(|(_, o)| {
+                    let it = &pool.types[*o as usize].it;
+                    it.offerings.iter().find(|of| usable(of, &reserved)).map(|of| (it, of.clone()))
+                });
+                let names: Vec<Arc<str>> = priced.iter().map(|(_, o)| pool.types[*o as usize].name.clone()).collect();
+                let worst = priced
+                    .iter()
+                    .filter_map(|(_, o)| worst_launch_price(&pool.types[*o as usize].it, &filter))
+                    .fold(0.0_f64, f64::max);
+                let overhead = priced.first().map(|(_, o)| pool.types[*o as usize].overhead).unwrap_or_default();
+                (launch.map(|(it, of)| (it.name.clone(), of)), names, worst, overhead)
+            };
+            let launch = launch.map(|(name, of)| {
                 if let Some(id) = &of.reservation_id {
                     if let Some(left) = reserved.get_mut(id) {
-                        *left -= 1;
+                        *left = left.saturating_sub(1);
                     }
                     reqs.add(Requirement::is_in(labels::CAPACITY_TYPE, [CapacityType::Reserved.as_str()]));
                     reqs.add(Requirement::is_in(labels::RESERVATION_ID, [id.clone()]));
                 }
-                Launch { instance_type: it.name.clone(), zone: of.zone.clone(), capacity_type: of.capacity_type, price: of.price }
+                Launch { instance_type: name, zone: of.zone, capacity_type: of.capacity_type, price: of.price }
             });
-            let names: Vec<String> = priced.iter().map(|(_, o)| pool.types[*o as usize].it.name.clone()).collect();
-            let worst_case_price = priced
-                .iter()
-                .filter_map(|(_, o)| worst_launch_price(&pool.types[*o as usize].it, &reqs))
-                .fold(0.0_f64, f64::max);
-            let daemon_overhead = priced.first().map(|(_, o)| pool.types[*o as usize].overhead).unwrap_or_default();
-            reqs.add(Requirement::is_in(labels::INSTANCE_TYPE, names.iter().cloned()));
             claims.push(ClaimPlan {
                 pool: pool.name.clone(),
                 pods: claim.pods.iter().map(|i| pods[*i].key.clone()).collect(),
@@ -736,7 +1026,10 @@ impl Scheduler {
             .nodes
             .iter()
             .filter(|n| !n.pods.is_empty())
-            .map(|n| NodePlacement { node: n.input.name.clone(), pods: n.pods.iter().map(|i| pods[*i].key.clone()).collect() })
+            .map(|n| NodePlacement {
+                node: n.input.name.clone(),
+                pods: n.pods.iter().map(|i| pods[*i].key.clone()).collect(),
+            })
             .collect();
         let mut unschedulable: Vec<Unschedulable> = failed
             .into_iter()
@@ -761,7 +1054,10 @@ fn build_pool(input: PoolInput, daemons: &[DaemonPod]) -> Pool {
     let taints = template.spec.taints.clone();
     let compatible_daemons: Vec<&DaemonPod> = daemons
         .iter()
-        .filter(|d| d.tolerates(&taints) && d.alternatives.iter().any(|a| reqs.compatible(a, true).is_ok() || reqs.intersects(a).is_ok()))
+        .filter(|d| {
+            d.tolerates(&taints)
+                && d.alternatives.iter().any(|a| reqs.compatible(a, true).is_ok() || reqs.intersects(a).is_ok())
+        })
         .collect();
     let all_keys: BTreeSet<String> = input.instance_types.iter().flat_map(|it| it.labels.keys().cloned()).collect();
     let mut overhead_cache: HashMap<Vec<Option<String>>, Resources> = HashMap::new();
@@ -771,7 +1067,8 @@ fn build_pool(input: PoolInput, daemons: &[DaemonPod]) -> Pool {
         .collect();
     let mut types = Vec::with_capacity(input.instance_types.len());
     let mut base = Vec::new();
-    for it in input.instance_types {
+    for mut it in input.instance_types {
+        it.offerings.sort_by(|a, b| a.price.total_cmp(&b.price).then_with(|| a.zone.cmp(&b.zone)));
         let treqs = type_requirements(&it, &all_keys);
         let overhead = if compatible_daemons.is_empty() {
             Resources::ZERO
@@ -790,7 +1087,7 @@ fn build_pool(input: PoolInput, daemons: &[DaemonPod]) -> Pool {
         if usable {
             base.push(types.len() as u32);
         }
-        types.push(TypeEntry { it, reqs: treqs, avail, overhead });
+        types.push(TypeEntry { name: Arc::from(it.name.as_str()), it, reqs: treqs, avail, overhead });
     }
     // Cheapest first, so claims carry their options in price order.
     base.sort_by(|a, b| {
@@ -811,20 +1108,14 @@ fn build_pool(input: PoolInput, daemons: &[DaemonPod]) -> Pool {
             remaining = Some(limit_mask(&limits, lim));
         }
     }
-    Pool {
-        name: np.name().to_owned(),
-        reqs,
-        taints,
-        types,
-        base,
-        packing: Packing::of(np),
-        remaining,
-        remaining_nodes,
-    }
+    Pool { name: np.name().to_owned(), reqs, taints, types, base, packing: Packing::of(np), remaining, remaining_nodes }
 }
 
 /// Marks the resources a pool's limits leave unmentioned as unlimited.
-fn limit_mask(limits: &BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>, remaining: Resources) -> Resources {
+fn limit_mask(
+    limits: &BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>,
+    remaining: Resources,
+) -> Resources {
     // Resources the limits do not mention are unlimited.
     let mut out = Resources::splat(i64::MAX);
     for name in limits.keys() {

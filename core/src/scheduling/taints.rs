@@ -25,9 +25,14 @@ pub fn tolerates(toleration: &Toleration, taint: &Taint) -> bool {
 
 /// The first taint of `taints` that `tolerations` do not tolerate, ignoring `PreferNoSchedule` taints
 /// when `ignore_prefer_no_schedule` is set.
-pub fn untolerated<'a>(taints: &'a [Taint], tolerations: &[Toleration], ignore_prefer_no_schedule: bool) -> Option<&'a Taint> {
+pub fn untolerated<'a>(
+    taints: &'a [Taint],
+    tolerations: &[Toleration],
+    ignore_prefer_no_schedule: bool,
+) -> Option<&'a Taint> {
     taints.iter().find(|t| {
-        !(ignore_prefer_no_schedule && t.effect == "PreferNoSchedule") && !tolerations.iter().any(|tol| tolerates(tol, t))
+        !(ignore_prefer_no_schedule && t.effect == "PreferNoSchedule")
+            && !tolerations.iter().any(|tol| tolerates(tol, t))
     })
 }
 

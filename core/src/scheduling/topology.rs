@@ -16,6 +16,14 @@ pub(crate) struct Group {
     /// Anti-affinity: domains where a pod carrying the constraint runs (other pods matching the selector
     /// must stay out of them).
     owners: HashMap<String, i32>,
+    /// Hostname counts of the claims opened in this pass, indexed by claim.
+    claim_counts: Vec<i32>,
+    /// Hostname owners of the claims opened in this pass, indexed by claim.
+    claim_owners: Vec<i32>,
+    /// Every pod counted so far, wherever it is.
+    total: i32,
+    /// Whether any claim has an owner.
+    any_claim_owner: bool,
 }
 
 impl Group {
@@ -26,13 +34,47 @@ impl Group {
     fn count(&self, domain: &str) -> i32 {
         self.counts.get(domain).copied().unwrap_or(0)
     }
+
+    fn claim_count(&self, claim: usize) -> i32 {
+        self.claim_counts.get(claim).copied().unwrap_or(0)
+    }
+}
+
+/// The domains a constraint allows or forbids, whatever the target.
+#[derive(Debug, Clone)]
+pub(crate) enum DomainFilter {
+    /// Only these domains.
+    Allow(Vec<String>),
+    /// Any domain but these.
+    Block(Vec<String>),
+}
+
+impl DomainFilter {
+    /// Whether `domain` passes.
+    pub(crate) fn admits(&self, domain: &str) -> bool {
+        match self {
+            Self::Allow(d) => d.iter().any(|x| x == domain),
+            Self::Block(d) => !d.iter().any(|x| x == domain),
+        }
+    }
+}
+
+/// Where a pod lands, for recording: a named domain, or the hostname of a claim opened in this pass.
+#[derive(Debug, Clone)]
+pub(crate) enum Landed {
+    /// A concrete domain value.
+    Named(String),
+    /// A claim of this pass, by index.
+    Claim(usize),
 }
 
 /// The domains of a placement target for one topology key.
 #[derive(Debug)]
 pub(crate) enum Domain<'a> {
-    /// A concrete value (an existing node's label, a claim's hostname).
+    /// A concrete value (an existing node's label).
     Fixed(&'a str),
+    /// The hostname of a claim opened in this pass, by index.
+    Claim(usize),
     /// A claim still open to several values.
     Open(Option<&'a Requirement>),
     /// The target does not have the key at all.
@@ -58,10 +100,11 @@ impl Topology {
     /// Registers a pod already running on a node with `node_labels` (hostname included).
     pub(crate) fn add_bound(&mut self, pod: PodInfo, node_labels: BTreeMap<String, String>) {
         for g in &mut self.groups {
-            if let Some(d) = node_labels.get(&g.term.key) {
-                if g.selects(&pod) {
-                    *g.counts.entry(d.clone()).or_default() += 1;
-                }
+            if let Some(d) = node_labels.get(&g.term.key)
+                && g.selects(&pod)
+            {
+                *g.counts.entry(d.clone()).or_default() += 1;
+                g.total += 1;
             }
         }
         // The pod's own anti-affinity keeps matching pods out of its domain.
@@ -79,12 +122,21 @@ impl Topology {
         if let Some(&i) = self.index.get(term) {
             return i;
         }
-        let mut g = Group { term: term.clone(), counts: HashMap::new(), owners: HashMap::new() };
+        let mut g = Group {
+            term: term.clone(),
+            counts: HashMap::new(),
+            owners: HashMap::new(),
+            claim_counts: Vec::new(),
+            claim_owners: Vec::new(),
+            total: 0,
+            any_claim_owner: false,
+        };
         for (pod, node_labels) in &self.bound {
             if let Some(d) = node_labels.get(&term.key)
                 && g.selects(pod)
             {
                 *g.counts.entry(d.clone()).or_default() += 1;
+                g.total += 1;
             }
         }
         self.groups.push(g);
@@ -108,7 +160,9 @@ impl Topology {
         (0..self.groups.len())
             .filter(|&g| {
                 let grp = &self.groups[g];
-                grp.term.kind == TopologyKind::AntiAffinity && !grp.owners.is_empty() && grp.selects(pod)
+                grp.term.kind == TopologyKind::AntiAffinity
+                    && (!grp.owners.is_empty() || grp.any_claim_owner)
+                    && grp.selects(pod)
             })
             .collect()
     }
@@ -127,10 +181,18 @@ impl Topology {
         for &gid in groups {
             let g = &self.groups[gid];
             let key = g.term.key.as_str();
-            let own = |req: &Requirement| narrowed.iter().find(|r| r.key() == key).map_or(req.clone(), |n| n.intersect(req));
+            if let Domain::Claim(c) = domain_of(key) {
+                if !self.claim_allows(gid, pod, c) {
+                    return Err(describe(&g.term, "the node already holds too many matching pods"));
+                }
+                continue;
+            }
+            let own =
+                |req: &Requirement| narrowed.iter().find(|r| r.key() == key).map_or(req.clone(), |n| n.intersect(req));
             let candidates: Vec<String> = match domain_of(key) {
                 Domain::Fixed(d) => vec![d.to_owned()],
                 Domain::Missing => return Err(describe(&g.term, "the node has no such label")),
+                Domain::Claim(_) => Vec::new(),
                 Domain::Open(r) => {
                     let universe = self.universe.get(key);
                     let mut c: Vec<String> = match r {
@@ -143,7 +205,7 @@ impl Topology {
                     c
                 }
             };
-            let fixed = matches!(domain_of(key), Domain::Fixed(_));
+            let fixed = matches!(domain_of(key), Domain::Fixed(_) | Domain::Claim(_));
             let allowed: Vec<String> = match g.term.kind {
                 TopologyKind::Spread => {
                     let self_count = i32::from(g.selects(pod));
@@ -158,7 +220,7 @@ impl Topology {
                     let with_pods: Vec<String> = candidates.iter().filter(|d| g.count(d) > 0).cloned().collect();
                     if !with_pods.is_empty() {
                         with_pods
-                    } else if g.counts.values().all(|c| *c == 0) && g.selects(pod) {
+                    } else if g.total == 0 && g.selects(pod) {
                         // The first pod of a self-affine group bootstraps a domain.
                         candidates.into_iter().take(1).collect()
                     } else {
@@ -185,6 +247,9 @@ impl Topology {
             let key = g.term.key.as_str();
             let blocked: Vec<&String> = g.owners.iter().filter(|(_, c)| **c > 0).map(|(d, _)| d).collect();
             match domain_of(key) {
+                Domain::Claim(c) if g.claim_owners.get(c).copied().unwrap_or(0) > 0 => {
+                    return Err(format!("a pod's anti-affinity on {key} keeps this pod off the node"));
+                }
                 Domain::Fixed(d) if blocked.iter().any(|b| *b == d) => {
                     return Err(format!("a running pod's anti-affinity on {key} keeps this pod out of {d}"));
                 }
@@ -207,6 +272,86 @@ impl Topology {
         Ok(narrowed)
     }
 
+    /// The domains group `gid` allows for `pod` right now, independent of the target: `Allow` lists the
+    /// permitted domains, `Block` the forbidden ones, `None` means any. Used to reject targets whose domain
+    /// is already fixed without running the full check.
+    pub(crate) fn domain_filter(&self, gid: usize, pod: &PodInfo, pod_reqs: &Requirements) -> Option<DomainFilter> {
+        let g = &self.groups[gid];
+        if g.term.key == labels::HOSTNAME {
+            return None;
+        }
+        match g.term.kind {
+            TopologyKind::Spread => {
+                let self_count = i32::from(g.selects(pod));
+                let min = self.spread_min(g, pod_reqs);
+                let mut known: BTreeSet<&String> = self.universe.get(&g.term.key).into_iter().flatten().collect();
+                known.extend(g.counts.keys());
+                Some(DomainFilter::Allow(
+                    known.into_iter().filter(|d| g.count(d) + self_count - min <= g.term.max_skew).cloned().collect(),
+                ))
+            }
+            TopologyKind::Affinity => {
+                if g.total == 0 && g.selects(pod) {
+                    None
+                } else {
+                    Some(DomainFilter::Allow(
+                        g.counts.iter().filter(|(_, c)| **c > 0).map(|(d, _)| d.clone()).collect(),
+                    ))
+                }
+            }
+            TopologyKind::AntiAffinity => {
+                Some(DomainFilter::Block(g.counts.iter().filter(|(_, c)| **c > 0).map(|(d, _)| d.clone()).collect()))
+            }
+        }
+    }
+
+    /// Whether group `gid` lets `pod` onto claim `c` of this pass (hostname domains only); no allocation.
+    pub(crate) fn claim_allows(&self, gid: usize, pod: &PodInfo, c: usize) -> bool {
+        let g = &self.groups[gid];
+        let count = g.claim_count(c);
+        match g.term.kind {
+            TopologyKind::Spread => count + i32::from(g.selects(pod)) <= g.term.max_skew,
+            TopologyKind::Affinity => count > 0 || (g.total == 0 && g.selects(pod)),
+            TopologyKind::AntiAffinity => count == 0,
+        }
+    }
+
+    /// Whether an inverse anti-affinity group keeps pods off claim `c` of this pass.
+    pub(crate) fn claim_owned(&self, gid: usize, c: usize) -> bool {
+        self.groups[gid].claim_owners.get(c).copied().unwrap_or(0) > 0
+    }
+
+    /// How many groups are registered.
+    pub(crate) fn len(&self) -> usize {
+        self.groups.len()
+    }
+
+    /// The kind of group `gid`.
+    pub(crate) fn kind(&self, gid: usize) -> TopologyKind {
+        self.groups[gid].term.kind
+    }
+
+    /// Whether claim `c` can still take a pod that group `gid` selects (hostname anti-affinity: none there
+    /// yet; hostname spread: fewer than `maxSkew`).
+    pub(crate) fn claim_open(&self, gid: usize, c: usize) -> bool {
+        let g = &self.groups[gid];
+        match g.term.kind {
+            TopologyKind::AntiAffinity => g.claim_count(c) == 0 && g.claim_owners.get(c).copied().unwrap_or(0) == 0,
+            TopologyKind::Spread => g.claim_count(c) < g.term.max_skew,
+            TopologyKind::Affinity => true,
+        }
+    }
+
+    /// The topology key of group `gid`.
+    pub(crate) fn key(&self, gid: usize) -> &str {
+        &self.groups[gid].term.key
+    }
+
+    /// Whether group `gid` is keyed on the hostname.
+    pub(crate) fn is_hostname(&self, gid: usize) -> bool {
+        self.groups[gid].term.key == labels::HOSTNAME
+    }
+
     fn spread_min(&self, g: &Group, pod_reqs: &Requirements) -> i32 {
         if g.term.key == labels::HOSTNAME {
             return 0;
@@ -225,22 +370,40 @@ impl Topology {
 
     /// Records `pod` landing on a target: counts grow in the groups that select it, and its own
     /// anti-affinity claims its domain.
-    pub(crate) fn record(&mut self, pod: &PodInfo, selecting: &[usize], owned: &[usize], domain_of: &dyn Fn(&str) -> Option<String>) {
+    pub(crate) fn record(&mut self, selecting: &[usize], owned: &[usize], domain_of: &dyn Fn(&str) -> Option<Landed>) {
         for &gid in selecting {
             let key = self.groups[gid].term.key.clone();
-            if let Some(d) = domain_of(&key) {
-                *self.groups[gid].counts.entry(d).or_default() += 1;
+            let g = &mut self.groups[gid];
+            match domain_of(&key) {
+                Some(Landed::Named(d)) => *g.counts.entry(d).or_default() += 1,
+                Some(Landed::Claim(c)) => {
+                    if g.claim_counts.len() <= c {
+                        g.claim_counts.resize(c + 1, 0);
+                    }
+                    g.claim_counts[c] += 1;
+                }
+                None => continue,
             }
+            g.total += 1;
         }
         for &gid in owned {
-            if self.groups[gid].term.kind == TopologyKind::AntiAffinity {
-                let key = self.groups[gid].term.key.clone();
-                if let Some(d) = domain_of(&key) {
-                    *self.groups[gid].owners.entry(d).or_default() += 1;
+            if self.groups[gid].term.kind != TopologyKind::AntiAffinity {
+                continue;
+            }
+            let key = self.groups[gid].term.key.clone();
+            let g = &mut self.groups[gid];
+            match domain_of(&key) {
+                Some(Landed::Named(d)) => *g.owners.entry(d).or_default() += 1,
+                Some(Landed::Claim(c)) => {
+                    if g.claim_owners.len() <= c {
+                        g.claim_owners.resize(c + 1, 0);
+                    }
+                    g.claim_owners[c] += 1;
+                    g.any_claim_owner = true;
                 }
+                None => {}
             }
         }
-        let _ = pod;
     }
 }
 

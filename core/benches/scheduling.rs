@@ -1,0 +1,47 @@
+//! Scheduling benchmark, mirroring Karpenter's: 400 instance types, pods in five equal groups (plain,
+//! zonal spread, hostname spread, zonal self-affinity, hostname self-anti-affinity), fixed seed.
+//!
+//! `cargo bench -p tenon-core --bench scheduling` prints, per size, the time per pass, pods/s, the nodes
+//! bought and their total hourly price, and fails if a pod is left unscheduled or more nodes are bought
+//! than Karpenter buys for the same mix (one per five pods).
+
+use std::hint::black_box;
+use std::time::Duration;
+
+use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
+use tenon_core::api::{NodePool, NodePoolSpec};
+use tenon_core::resources::Resources;
+use tenon_core::scheduling::{PoolInput, Results, Scheduler, SchedulerOptions, workload};
+
+fn pool() -> PoolInput {
+    PoolInput {
+        pool: NodePool::new("default", NodePoolSpec::default()),
+        instance_types: workload::instance_types(400),
+        in_use: Resources::ZERO,
+        nodes_in_use: 0,
+    }
+}
+
+fn run(pods: Vec<tenon_core::scheduling::PodInfo>) -> Results {
+    Scheduler::new(vec![pool()], vec![], vec![], &[], SchedulerOptions::default()).solve(pods)
+}
+
+fn scheduling(c: &mut Criterion) {
+    let mut group = c.benchmark_group("scheduling");
+    group.sample_size(10).measurement_time(Duration::from_secs(5)).warm_up_time(Duration::from_secs(1));
+    for n in [1_000usize, 5_000, 20_000] {
+        let pods = workload::diverse_pods(n, 42);
+        let results = run(pods.clone());
+        assert!(results.unschedulable.is_empty(), "{n} pods: {} unschedulable", results.unschedulable.len());
+        assert!(results.claims.len() <= n / 5, "{n} pods: {} nodes, Karpenter buys {}", results.claims.len(), n / 5);
+        eprintln!("scheduling/{n}: {} pods on {} nodes, ${:.2}/h", n, results.claims.len(), results.launch_price());
+        group.throughput(Throughput::Elements(n as u64));
+        group.bench_function(format!("{n}_pods"), |b| {
+            b.iter_batched(|| pods.clone(), |p| black_box(run(p)), BatchSize::LargeInput)
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, scheduling);
+criterion_main!(benches);

@@ -1,0 +1,419 @@
+//! Scheduler behaviour, one constraint kind at a time, and the worked examples of the specification.
+
+use k8s_openapi::api::core::v1::Pod;
+use serde_json::{Value, json};
+
+use super::*;
+use crate::api::{NodePool, NodePoolSpec, labels};
+use crate::cloud::fake::instance_type;
+use crate::cloud::{CapacityType, InstanceType, Offering};
+use crate::resources::{ResourceName, Resources};
+
+fn pod_with(name: &str, cpu: &str, spec_extra: Value, labels_: Value) -> PodInfo {
+    let mut spec = json!({"containers": [{"name": "c", "resources": {"requests": {"cpu": cpu, "memory": "1Gi"}}}]});
+    if let (Some(s), Some(extra)) = (spec.as_object_mut(), spec_extra.as_object()) {
+        for (k, v) in extra {
+            if k == "containers" {
+                s.insert(k.clone(), v.clone());
+            } else {
+                s.insert(k.clone(), v.clone());
+            }
+        }
+    }
+    let p: Pod = serde_json::from_value(json!({
+        "metadata": {"name": name, "namespace": "default", "labels": labels_},
+        "spec": spec
+    }))
+    .unwrap();
+    PodInfo::from_pod(&p).unwrap()
+}
+
+fn pod(name: &str, cpu: &str) -> PodInfo {
+    pod_with(name, cpu, json!({}), json!({}))
+}
+
+fn pool_from(yaml: Value) -> NodePool {
+    let mut v =
+        json!({"apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": "default"}, "spec": {}});
+    merge(&mut v, yaml);
+    serde_json::from_value(v).unwrap()
+}
+
+fn merge(a: &mut Value, b: Value) {
+    match (a, b) {
+        (Value::Object(a), Value::Object(b)) => {
+            for (k, v) in b {
+                merge(a.entry(k).or_insert(Value::Null), v);
+            }
+        }
+        (a, b) => *a = b,
+    }
+}
+
+fn input(pool: NodePool, types: Vec<InstanceType>) -> PoolInput {
+    PoolInput { pool, instance_types: types, in_use: Resources::ZERO, nodes_in_use: 0 }
+}
+
+fn zones3() -> [&'static str; 3] {
+    ["zone-a", "zone-b", "zone-c"]
+}
+
+/// Sizes 1..=n CPU, 4 GiB per CPU, priced by size.
+fn sized_catalog(n: i64) -> Vec<InstanceType> {
+    (1..=n)
+        .map(|i| instance_type(&format!("c.{i}"), i, 4 * i, 0, &zones3(), 0.05 * i as f64, 0.02 * i as f64))
+        .collect()
+}
+
+fn solve(pools: Vec<PoolInput>, nodes: Vec<ExistingNode>, pods: Vec<PodInfo>) -> Results {
+    Scheduler::new(pools, nodes, Vec::new(), &[], SchedulerOptions::default()).solve(pods)
+}
+
+#[test]
+fn pending_pods_pack_into_the_cheapest_claim_that_fits() {
+    let r = solve(
+        vec![input(NodePool::new("default", NodePoolSpec::default()), sized_catalog(8))],
+        vec![],
+        vec![pod("a", "1500m"), pod("b", "1"), pod("c", "500m")],
+    );
+    assert!(r.unschedulable.is_empty(), "{:?}", r.unschedulable);
+    assert_eq!(r.claims.len(), 1);
+    let c = &r.claims[0];
+    assert_eq!(c.pods.len(), 3);
+    assert_eq!(&*c.instance_types[0], "c.3", "3 CPU of pods on the smallest type with room");
+    let launch = c.launch.as_ref().unwrap();
+    assert_eq!((launch.instance_type.as_str(), launch.capacity_type), ("c.3", CapacityType::Spot));
+    assert!((launch.price - 0.06).abs() < 1e-9);
+    assert!(c.node_claim_requirements().get(labels::INSTANCE_TYPE).unwrap().values().contains(&"c.8".to_owned()));
+    assert!(c.requirements.get(labels::NODE_POOL).unwrap().has("default"));
+}
+
+#[test]
+fn existing_nodes_are_filled_before_anything_is_bought() {
+    let node = ExistingNode {
+        name: "n1".into(),
+        labels: [(labels::ZONE.to_owned(), "zone-a".to_owned())].into(),
+        taints: vec![],
+        available: Resources::cpu_memory(2000, 8 << 30).with(ResourceName::PODS, 10),
+        host_ports: vec![],
+        accepts_pods: true,
+    };
+    let r = solve(
+        vec![input(NodePool::new("default", NodePoolSpec::default()), sized_catalog(8))],
+        vec![node],
+        vec![pod("a", "1"), pod("b", "1"), pod("c", "1")],
+    );
+    assert_eq!(r.existing.len(), 1);
+    assert_eq!(r.existing[0].pods.len(), 2);
+    assert_eq!(r.claims.len(), 1);
+    assert_eq!(r.claims[0].pods, vec!["default/c".to_owned()]);
+}
+
+#[test]
+fn taints_need_tolerations_and_the_reason_names_the_taint() {
+    let gpu = pool_from(
+        json!({"metadata": {"name": "gpu"}, "spec": {"weight": 50, "template": {"spec": {"taints": [{"key": "nvidia.com/gpu", "effect": "NoSchedule"}]}}}}),
+    );
+    let r = solve(vec![input(gpu.clone(), sized_catalog(4))], vec![], vec![pod("plain", "1")]);
+    assert_eq!(r.unschedulable.len(), 1);
+    assert!(r.unschedulable[0].reason.contains("nvidia.com/gpu"), "{}", r.unschedulable[0].reason);
+    let tolerant =
+        pod_with("tolerant", "1", json!({"tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}]}), json!({}));
+    let pools = || {
+        vec![
+            input(gpu.clone(), sized_catalog(4)),
+            input(NodePool::new("cpu", NodePoolSpec::default()), sized_catalog(4)),
+        ]
+    };
+    let r = solve(pools(), vec![], vec![pod("plain", "1")]);
+    assert_eq!(r.claims[0].pool, "cpu");
+    let r = solve(pools(), vec![], vec![tolerant]);
+    assert_eq!(r.claims[0].pool, "gpu", "the heavier pool is tried first");
+}
+
+#[test]
+fn zonal_spread_puts_one_pod_per_zone() {
+    let spread = json!({"topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone", "whenUnsatisfiable": "DoNotSchedule", "labelSelector": {"matchLabels": {"app": "web"}}}]});
+    let pods: Vec<PodInfo> =
+        (0..6).map(|i| pod_with(&format!("web-{i}"), "1", spread.clone(), json!({"app": "web"}))).collect();
+    let r = solve(vec![input(NodePool::new("default", NodePoolSpec::default()), sized_catalog(8))], vec![], pods);
+    assert!(r.unschedulable.is_empty(), "{:?}", r.unschedulable);
+    let mut per_zone = std::collections::BTreeMap::new();
+    for c in &r.claims {
+        let zone = c.requirements.get(labels::ZONE).unwrap().single().unwrap().to_owned();
+        *per_zone.entry(zone).or_insert(0) += c.pods.len();
+    }
+    assert_eq!(per_zone.values().copied().collect::<Vec<_>>(), vec![2, 2, 2], "{per_zone:?}");
+}
+
+#[test]
+fn hostname_anti_affinity_gives_each_pod_its_own_node() {
+    let anti = json!({"affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLabels": {"app": "db"}}}]}}});
+    let pods: Vec<PodInfo> =
+        (0..4).map(|i| pod_with(&format!("db-{i}"), "1", anti.clone(), json!({"app": "db"}))).collect();
+    let r = solve(vec![input(NodePool::new("default", NodePoolSpec::default()), sized_catalog(8))], vec![], pods);
+    assert_eq!(r.claims.len(), 4);
+    assert!(r.claims.iter().all(|c| c.pods.len() == 1));
+}
+
+#[test]
+fn zonal_self_affinity_keeps_pods_together() {
+    let aff = json!({"affinity": {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"topologyKey": "topology.kubernetes.io/zone", "labelSelector": {"matchLabels": {"app": "cache"}}}]}}});
+    let pods: Vec<PodInfo> =
+        (0..5).map(|i| pod_with(&format!("cache-{i}"), "3", aff.clone(), json!({"app": "cache"}))).collect();
+    let r = solve(vec![input(NodePool::new("default", NodePoolSpec::default()), sized_catalog(4))], vec![], pods);
+    assert!(r.unschedulable.is_empty(), "{:?}", r.unschedulable);
+    let zones: std::collections::BTreeSet<String> =
+        r.claims.iter().map(|c| c.requirements.get(labels::ZONE).unwrap().single().unwrap().to_owned()).collect();
+    assert_eq!(zones.len(), 1, "{zones:?}");
+}
+
+#[test]
+fn anti_affinity_of_running_pods_keeps_matching_pods_away() {
+    let bound = pod_with(
+        "guard",
+        "1",
+        json!({"affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"topologyKey": "topology.kubernetes.io/zone", "labelSelector": {"matchLabels": {"team": "noisy"}}}]}}}),
+        json!({}),
+    );
+    let node = ExistingNode {
+        name: "n1".into(),
+        labels: [(labels::ZONE.to_owned(), "zone-a".to_owned())].into(),
+        taints: vec![],
+        available: Resources::cpu_memory(8000, 32 << 30).with(ResourceName::PODS, 10),
+        host_ports: vec![],
+        accepts_pods: true,
+    };
+    let noisy = pod_with("noisy", "1", json!({}), json!({"team": "noisy"}));
+    let r = Scheduler::new(
+        vec![input(NodePool::new("default", NodePoolSpec::default()), sized_catalog(4))],
+        vec![node],
+        vec![(bound, "n1".into())],
+        &[],
+        SchedulerOptions::default(),
+    )
+    .solve(vec![noisy]);
+    assert!(r.existing.is_empty(), "the node in zone-a is off limits");
+    assert_eq!(r.claims.len(), 1);
+    assert!(!r.claims[0].requirements.get(labels::ZONE).unwrap().has("zone-a"));
+}
+
+#[test]
+fn node_pool_limits_are_enforced() {
+    let limited = pool_from(json!({"spec": {"limits": {"cpu": "4"}}}));
+    let anti = json!({"affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLabels": {"app": "x"}}}]}}});
+    let pods: Vec<PodInfo> =
+        (0..3).map(|i| pod_with(&format!("x-{i}"), "1500m", anti.clone(), json!({"app": "x"}))).collect();
+    let r = solve(vec![input(limited, sized_catalog(2))], vec![], pods);
+    assert_eq!(r.claims.len(), 2, "two 2-CPU nodes use up the 4-CPU limit");
+    assert_eq!(r.unschedulable.len(), 1);
+    assert!(r.unschedulable[0].reason.contains("limits"), "{}", r.unschedulable[0].reason);
+    let nodes_limited = pool_from(json!({"spec": {"limits": {"nodes": "1"}}}));
+    let pods: Vec<PodInfo> =
+        (0..2).map(|i| pod_with(&format!("x-{i}"), "1", anti.clone(), json!({"app": "x"}))).collect();
+    let r = solve(vec![input(nodes_limited, sized_catalog(2))], vec![], pods);
+    assert_eq!((r.claims.len(), r.unschedulable.len()), (1, 1));
+}
+
+#[test]
+fn reserved_capacity_is_never_over_committed_in_one_pass() {
+    let mut gpu = instance_type("gpu.8x", 8, 64, 1, &["zone-a"], 4.0, 1.5);
+    gpu.offerings.push(Offering {
+        zone: "zone-a".into(),
+        capacity_type: CapacityType::Reserved,
+        price: 0.0,
+        available: true,
+        reservation_id: Some("cr-1".into()),
+        reservation_capacity: Some(2),
+    });
+    let gpu_pod = |i: usize| {
+        pod_with(
+            &format!("train-{i}"),
+            "4",
+            json!({"containers": [{"name": "c", "resources": {"requests": {"cpu": "4", "nvidia.com/gpu": "1"}}}]}),
+            json!({}),
+        )
+    };
+    let r = solve(
+        vec![input(NodePool::new("default", NodePoolSpec::default()), vec![gpu])],
+        vec![],
+        (0..3).map(gpu_pod).collect(),
+    );
+    assert_eq!(r.claims.len(), 3);
+    let reserved =
+        r.claims.iter().filter(|c| c.launch.as_ref().unwrap().capacity_type == CapacityType::Reserved).count();
+    assert_eq!(reserved, 2);
+    let pinned = r.claims.iter().filter(|c| c.requirements.get(labels::RESERVATION_ID).is_some()).count();
+    assert_eq!(pinned, 2, "reserved launches are pinned to their reservation");
+}
+
+#[test]
+fn a_pod_too_big_for_any_type_says_which_resource() {
+    let r = solve(
+        vec![input(NodePool::new("default", NodePoolSpec::default()), sized_catalog(4))],
+        vec![],
+        vec![pod("huge", "16")],
+    );
+    assert_eq!(r.unschedulable.len(), 1);
+    let reason = &r.unschedulable[0].reason;
+    assert!(
+        reason.contains("NodePool default") && reason.contains("cpu 16") && reason.contains("offers 4"),
+        "{reason}"
+    );
+}
+
+#[test]
+fn preferences_are_relaxed_when_they_cannot_be_met() {
+    let p = pod_with(
+        "p",
+        "1",
+        json!({"affinity": {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+        {"weight": 10, "preference": {"matchExpressions": [{"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["zone-z"]}]}}]}}}),
+        json!({}),
+    );
+    let r = solve(vec![input(NodePool::new("default", NodePoolSpec::default()), sized_catalog(2))], vec![], vec![p]);
+    assert!(r.unschedulable.is_empty());
+    let q = pod_with(
+        "q",
+        "1",
+        json!({"affinity": {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+        {"weight": 10, "preference": {"matchExpressions": [{"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["zone-b"]}]}}]}}}),
+        json!({}),
+    );
+    let r = solve(vec![input(NodePool::new("default", NodePoolSpec::default()), sized_catalog(2))], vec![], vec![q]);
+    assert_eq!(
+        r.claims[0].requirements.get(labels::ZONE).unwrap().values(),
+        ["zone-b"],
+        "a preference that can be met is kept"
+    );
+}
+
+#[test]
+fn required_node_affinity_or_terms_are_tried_in_turn() {
+    let p = pod_with(
+        "p",
+        "1",
+        json!({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchExpressions": [{"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["zone-z"]}]},
+        {"matchExpressions": [{"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["zone-c"]}]}]}}}}),
+        json!({}),
+    );
+    let r = solve(vec![input(NodePool::new("default", NodePoolSpec::default()), sized_catalog(2))], vec![], vec![p]);
+    assert_eq!(r.claims[0].requirements.get(labels::ZONE).unwrap().values(), ["zone-c"]);
+}
+
+#[test]
+fn host_ports_never_collide_on_one_claim() {
+    let ported = json!({"containers": [{"name": "c", "ports": [{"containerPort": 80, "hostPort": 8080}], "resources": {"requests": {"cpu": "100m"}}}]});
+    let r = solve(
+        vec![input(NodePool::new("default", NodePoolSpec::default()), sized_catalog(2))],
+        vec![],
+        vec![pod_with("a", "1", ported.clone(), json!({})), pod_with("b", "1", ported, json!({}))],
+    );
+    assert_eq!(r.claims.len(), 2);
+}
+
+#[test]
+fn min_values_keep_enough_instance_types_open() {
+    let p = pool_from(json!({"spec": {"template": {"spec": {"requirements": [
+        {"key": "node.kubernetes.io/instance-type", "operator": "Exists", "minValues": 3}]}}}}));
+    let r = solve(vec![input(p.clone(), sized_catalog(8))], vec![], vec![pod("a", "5")]);
+    assert!(r.unschedulable.is_empty(), "c.6, c.7, c.8 keep three types open");
+    let r = solve(vec![input(p, sized_catalog(8))], vec![], vec![pod("a", "7")]);
+    assert_eq!(r.unschedulable.len(), 1);
+    assert!(r.unschedulable[0].reason.contains("minValues"), "{}", r.unschedulable[0].reason);
+}
+
+#[test]
+fn claims_carry_at_most_the_configured_number_of_types_cheapest_first() {
+    let opts = SchedulerOptions { max_instance_types: 5, ..SchedulerOptions::default() };
+    let r = Scheduler::new(
+        vec![input(NodePool::new("default", NodePoolSpec::default()), sized_catalog(40))],
+        vec![],
+        vec![],
+        &[],
+        opts,
+    )
+    .solve(vec![pod("a", "1")]);
+    let names: Vec<&str> = r.claims[0].instance_types.iter().map(|n| &**n).collect();
+    assert_eq!(names, ["c.1", "c.2", "c.3", "c.4", "c.5"]);
+}
+
+/// The cilium / gpu-plugin / tpu-plugin example, through the scheduler: the claim reserves 700m.
+#[test]
+fn claims_reserve_realization_aware_daemon_overhead() {
+    let pool = pool_from(json!({"spec": {"template": {"spec": {"requirements": [
+        {"key": "example.com/accelerator", "operator": "In", "values": ["gpu", "tpu"]}]}}}}));
+    let daemon = |name: &str, cpu: i64, sel: Option<&str>| DaemonPod {
+        name: name.into(),
+        requests: Resources::cpu_memory(cpu, 0),
+        alternatives: vec![
+            sel.map(|v| [Requirement::is_in("example.com/accelerator", [v])].into_iter().collect()).unwrap_or_default(),
+        ],
+        tolerations: vec![],
+    };
+    let daemons =
+        [daemon("cilium", 200, None), daemon("gpu-plugin", 500, Some("gpu")), daemon("tpu-plugin", 300, Some("tpu"))];
+    // 3.3 CPU of pods on 4-CPU types: only fits if the overhead is 700m, not 1000m.
+    let r = Scheduler::new(vec![input(pool, sized_catalog(4))], vec![], vec![], &daemons, SchedulerOptions::default())
+        .solve(vec![pod("a", "3300m")]);
+    assert!(r.unschedulable.is_empty(), "{:?}", r.unschedulable);
+    assert_eq!(r.claims[0].daemon_overhead.get(ResourceName::CPU), 700);
+    assert_eq!(&*r.claims[0].instance_types[0], "c.4");
+}
+
+/// The marginal-cost example: an 8-CPU pod opens an m5.2xlarge-like spot claim (+$0.17) instead of growing
+/// the g5 claim to the next size up (+$1.21).
+#[test]
+fn marginal_cost_packing_opens_a_cheaper_claim() {
+    let g5 = |name: &str, cpu: i64, price: f64| InstanceType {
+        name: name.into(),
+        labels: [("example.com/family".to_owned(), "g5".to_owned())].into(),
+        capacity: Resources::cpu_memory(cpu * 1000, 64 << 30)
+            .with(ResourceName::PODS, 50)
+            .with(ResourceName::NVIDIA_GPU, 1),
+        overhead: Default::default(),
+        offerings: vec![Offering::new("zone-a", CapacityType::OnDemand, price)],
+    };
+    let m5 = InstanceType {
+        name: "m5.2xlarge".into(),
+        labels: [("example.com/family".to_owned(), "m5".to_owned())].into(),
+        capacity: Resources::cpu_memory(8000, 32 << 30).with(ResourceName::PODS, 50),
+        overhead: Default::default(),
+        offerings: vec![
+            Offering::new("zone-a", CapacityType::OnDemand, 0.384),
+            Offering::new("zone-a", CapacityType::Spot, 0.17),
+        ],
+    };
+    let catalog = vec![g5("g5.2xlarge", 8, 1.21), g5("g5.4xlarge", 16, 2.42), m5];
+    let gpu_pod = pod_with(
+        "trainer",
+        "4",
+        json!({"containers": [{"name": "c", "resources": {"requests": {"cpu": "4", "nvidia.com/gpu": "1"}}}]}),
+        json!({}),
+    );
+    let cpu_pod = pod("batch", "8");
+    let run = |policy: &str| {
+        let pool = pool_from(json!({"metadata": {"annotations": {"karpenter.sh/nodeclaim-packing-policy": policy}}}));
+        // The GPU pod is placed first (it is a pass of its own), then the 8-CPU pod arrives.
+        let mut s =
+            Scheduler::new(vec![input(pool, catalog.clone())], vec![], vec![], &[], SchedulerOptions::default());
+        s.place_in_order(vec![gpu_pod.clone(), cpu_pod.clone()])
+    };
+    let binpack = run("binpack");
+    assert_eq!(binpack.claims.len(), 1, "binpack grows the g5 claim");
+    assert_eq!(binpack.claims[0].launch.as_ref().unwrap().instance_type, "g5.4xlarge");
+    let marginal = run("marginal-cost");
+    assert_eq!(marginal.claims.len(), 2, "{:?}", marginal.claims.iter().map(|c| &c.instance_types).collect::<Vec<_>>());
+    let batch = marginal.claims.iter().find(|c| c.pods == ["default/batch"]).unwrap();
+    let launch = batch.launch.as_ref().unwrap();
+    assert_eq!(
+        (launch.instance_type.as_str(), launch.capacity_type, launch.price),
+        ("m5.2xlarge", CapacityType::Spot, 0.17)
+    );
+    assert!(marginal.launch_price() < binpack.launch_price());
+}
