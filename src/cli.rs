@@ -37,8 +37,15 @@ enum Command {
     Providers,
     /// Show what tenon would do to a cluster snapshot, and why.
     Plan {
-        /// Snapshot files.
+        /// Snapshot files: Kubernetes objects (`kubectl get -o yaml`) and InstanceCatalog documents.
+        #[arg(required = true)]
         files: Vec<PathBuf>,
+        /// `text` for a person, `json` for scripts.
+        #[arg(long, short, value_enum, default_value_t = Output::Text)]
+        output: Output,
+        /// The time to plan at (RFC 3339), for budget schedules and durations; default now.
+        #[arg(long)]
+        now: Option<String>,
     },
     /// Run a workload scenario in virtual time and report what the fleet cost.
     Simulate {
@@ -47,6 +54,12 @@ enum Command {
     },
     /// Run the operator against a cluster.
     Run,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Output {
+    Text,
+    Json,
 }
 
 fn parse_key_value(s: &str) -> Result<(String, String), String> {
@@ -98,7 +111,23 @@ fn execute(operator: Operator, cli: Cli) -> Result<ExitCode> {
                 writeln!(out, "{:<16} {}", p.name(), kinds.join(", "))?;
             }
         }
-        Command::Plan { .. } => bail!("`tenon plan` is not built yet"),
+        Command::Plan { files, output, now } => {
+            let loaded = load_settings(&cli)?;
+            let now = match now {
+                Some(t) => {
+                    t.parse::<jiff::Timestamp>().with_context(|| format!("--now {t:?} is not an RFC 3339 time"))?
+                }
+                None => jiff::Timestamp::now(),
+            };
+            let plan = crate::plan::compute(files, &loaded.settings, now)?;
+            match output {
+                Output::Json => {
+                    serde_json::to_writer_pretty(&mut out, &plan)?;
+                    writeln!(out)?;
+                }
+                Output::Text => crate::plan::print_text(&mut out, &plan)?,
+            }
+        }
         Command::Simulate { .. } => bail!("`tenon simulate` is not built yet"),
         Command::Run => bail!("`tenon run` is not built yet"),
     }

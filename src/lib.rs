@@ -16,6 +16,7 @@
 //! See `examples/custom_provider.rs` for a complete provider.
 
 mod cli;
+pub mod plan;
 
 use std::process::ExitCode;
 use std::sync::Arc;

@@ -15,6 +15,8 @@
 //! - [`resources`]: compact resource vectors (millicores, bytes, pods and extended resources);
 //! - [`clock`]: the clock every controller takes, real or virtual;
 //! - [`settings`]: the operator's settings, layered defaults < file < environment < flags.
+//! - [`state`]: the cluster mirror every decision reads;
+//! - [`provisioning`]: pending pods into NodeClaims (batching, one scheduling pass, nominations);
 //! - [`snapshot`]: cluster snapshots (Kubernetes objects and instance catalogs) read from YAML files.
 //!
 //! ## Cargo features
@@ -25,7 +27,9 @@
 pub mod api;
 pub mod clock;
 pub mod cloud;
+pub mod provisioning;
 pub mod resources;
 pub mod scheduling;
 pub mod settings;
 pub mod snapshot;
+pub mod state;

@@ -293,7 +293,7 @@ impl PodInfo {
             .and_then(|n| n.preferred_during_scheduling_ignored_during_execution.as_ref())
             .map(|p| p.iter().map(|t| (t.weight, term_requirements(&t.preference))).collect())
             .unwrap_or_default();
-        preferred_terms.sort_by(|a, b| b.0.cmp(&a.0));
+        preferred_terms.sort_by_key(|t| std::cmp::Reverse(t.0));
 
         let mut topology = Vec::new();
         let mut soft_spreads = Vec::new();
@@ -324,14 +324,14 @@ impl PodInfo {
             .flatten()
             .map(|w| (w.weight, affinity_term(TopologyKind::Affinity, &namespace, &w.pod_affinity_term)))
             .collect();
-        preferred_affinity.sort_by(|a, b| b.0.cmp(&a.0));
+        preferred_affinity.sort_by_key(|t| std::cmp::Reverse(t.0));
         let mut preferred_anti_affinity: Vec<(i32, TopologyTerm)> = pod_anti
             .and_then(|a| a.preferred_during_scheduling_ignored_during_execution.as_ref())
             .into_iter()
             .flatten()
             .map(|w| (w.weight, affinity_term(TopologyKind::AntiAffinity, &namespace, &w.pod_affinity_term)))
             .collect();
-        preferred_anti_affinity.sort_by(|a, b| b.0.cmp(&a.0));
+        preferred_anti_affinity.sort_by_key(|t| std::cmp::Reverse(t.0));
 
         let mut host_ports = Vec::new();
         for c in spec.containers.iter().chain(spec.init_containers.iter().flatten()) {

@@ -415,7 +415,7 @@ impl Requirements {
                     }
                 }
                 Some(mine) => {
-                    if !mine.intersects(r) && !(mine.allows_absence() && r.allows_absence()) {
+                    if !(mine.intersects(r) || mine.allows_absence() && r.allows_absence()) {
                         return Err(Incompatible {
                             key: r.key.clone(),
                             reason: format!("requires {r}, but the node offers {mine}"),
@@ -436,7 +436,7 @@ impl Requirements {
                 Ordering::Less => i += 1,
                 Ordering::Greater => j += 1,
                 Ordering::Equal => {
-                    if !a.intersects(b) && !(a.allows_absence() && b.allows_absence()) {
+                    if !(a.intersects(b) || a.allows_absence() && b.allows_absence()) {
                         return Err(Incompatible {
                             key: a.key.clone(),
                             reason: format!("requires {b}, but offers {a}"),

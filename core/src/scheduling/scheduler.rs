@@ -216,6 +216,9 @@ struct Fit {
     first: usize,
 }
 
+/// Claims by the single value they are pinned to on one key (`None`: still open), least loaded first.
+type DomainIndex = HashMap<Option<String>, BTreeSet<(usize, usize)>>;
+
 /// Merges sets of `(load, claim)` in ascending order, lazily: searches usually stop at the first entry.
 struct MergeByLoad<'a> {
     heads: Vec<std::iter::Peekable<std::collections::btree_set::Iter<'a, (usize, usize)>>>,
@@ -325,7 +328,7 @@ pub struct Scheduler {
     free: HashMap<usize, BTreeSet<(usize, usize)>>,
     /// For topology keys other than the hostname: claims by the single domain they are pinned to (`None`:
     /// still open), least loaded first. Pods allowed only some domains search these.
-    by_domain: HashMap<String, HashMap<Option<String>, BTreeSet<(usize, usize)>>>,
+    by_domain: HashMap<String, DomainIndex>,
     topology: Topology,
     options: SchedulerOptions,
     prefer_no_schedule: bool,
@@ -518,8 +521,7 @@ impl Scheduler {
         let inverse = self.topology.inverse(pod);
         // 1. Existing nodes.
         for n in 0..self.nodes.len() {
-            if let Ok(narrow) = self.try_node(n, pod, cons, &groups, &inverse) {
-                let _ = narrow;
+            if self.try_node(n, pod, cons, &groups, &inverse).is_ok() {
                 let node = &mut self.nodes[n];
                 node.input.available.sub_assign(&pod.requests);
                 node.input.host_ports.extend(pod.host_ports.iter().cloned());

@@ -31,8 +31,8 @@ pub fn untolerated<'a>(
     ignore_prefer_no_schedule: bool,
 ) -> Option<&'a Taint> {
     taints.iter().find(|t| {
-        !(ignore_prefer_no_schedule && t.effect == "PreferNoSchedule")
-            && !tolerations.iter().any(|tol| tolerates(tol, t))
+        !(ignore_prefer_no_schedule && t.effect == "PreferNoSchedule"
+            || tolerations.iter().any(|tol| tolerates(tol, t)))
     })
 }
 

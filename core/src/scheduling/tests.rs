@@ -13,11 +13,7 @@ fn pod_with(name: &str, cpu: &str, spec_extra: Value, labels_: Value) -> PodInfo
     let mut spec = json!({"containers": [{"name": "c", "resources": {"requests": {"cpu": cpu, "memory": "1Gi"}}}]});
     if let (Some(s), Some(extra)) = (spec.as_object_mut(), spec_extra.as_object()) {
         for (k, v) in extra {
-            if k == "containers" {
-                s.insert(k.clone(), v.clone());
-            } else {
-                s.insert(k.clone(), v.clone());
-            }
+            s.insert(k.clone(), v.clone());
         }
     }
     let p: Pod = serde_json::from_value(json!({

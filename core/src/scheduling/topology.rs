@@ -28,7 +28,7 @@ pub(crate) struct Group {
 
 impl Group {
     fn selects(&self, pod: &PodInfo) -> bool {
-        self.term.namespaces.iter().any(|n| *n == pod.namespace) && self.term.selector.matches(&pod.labels)
+        self.term.namespaces.contains(&pod.namespace) && self.term.selector.matches(&pod.labels)
     }
 
     fn count(&self, domain: &str) -> i32 {

@@ -1,0 +1,220 @@
+//! Provisioning: pending pods into NodeClaims.
+//!
+//! A [`Batcher`] opens a window on the first pending pod and closes it after a second without new ones
+//! (or ten seconds at most); one scheduling pass then runs over the pending pods plus the pods of nodes
+//! being deleted, against existing nodes, claims in flight and the NodePools. Its new claims become
+//! [`NodeClaim`]s, and the pods are nominated to the capacity so the next batch does not buy it twice.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+
+use jiff::Timestamp;
+
+use crate::api::{NodeClaim, NodeClaimResources, NodeClaimSpec, NodePool, labels};
+use crate::clock;
+use crate::cloud::InstanceType;
+use crate::resources::Resources;
+use crate::scheduling::{ClaimPlan, PoolInput, Results, Scheduler, SchedulerOptions};
+use crate::settings::{PreferencePolicy, Settings};
+use crate::state::ClusterState;
+
+/// Groups pod events into batches: a window opens on the first event and closes after `idle` without a
+/// new one, or `max` after it opened.
+#[derive(Debug, Clone)]
+pub struct Batcher {
+    idle: Duration,
+    max: Duration,
+    opened: Option<Timestamp>,
+    last: Option<Timestamp>,
+}
+
+impl Batcher {
+    /// A batcher with the given windows.
+    pub fn new(idle: Duration, max: Duration) -> Self {
+        Self { idle, max, opened: None, last: None }
+    }
+
+    /// A batcher with the settings' `batch-idle-duration` and `batch-max-duration`.
+    pub fn from_settings(s: &Settings) -> Self {
+        Self::new(s.batch_idle_duration, s.batch_max_duration)
+    }
+
+    /// Records a pending-pod event.
+    pub fn trigger(&mut self, now: Timestamp) {
+        self.opened.get_or_insert(now);
+        self.last = Some(now);
+    }
+
+    /// Whether a window is open.
+    pub fn is_open(&self) -> bool {
+        self.opened.is_some()
+    }
+
+    /// When the open window closes, if nothing else arrives.
+    pub fn deadline(&self) -> Option<Timestamp> {
+        let (opened, last) = (self.opened?, self.last?);
+        Some(clock::add(last, self.idle).min(clock::add(opened, self.max)))
+    }
+
+    /// Whether the open window has closed at `now`.
+    pub fn ready(&self, now: Timestamp) -> bool {
+        self.deadline().is_some_and(|d| now >= d)
+    }
+
+    /// Closes the window after its batch was taken.
+    pub fn reset(&mut self) {
+        self.opened = None;
+        self.last = None;
+    }
+}
+
+/// Pods nominated to capacity that is on its way, so they are not provisioned twice.
+#[derive(Debug, Clone, Default)]
+pub struct Nominations {
+    until: HashMap<String, (String, Timestamp)>,
+}
+
+impl Nominations {
+    /// How long a nomination holds: twice the batch maximum, at least ten seconds.
+    pub fn window(settings: &Settings) -> Duration {
+        (settings.batch_max_duration * 2).max(Duration::from_secs(10))
+    }
+
+    /// Nominates `pod` to `target` until `until`.
+    pub fn nominate(&mut self, pod: &str, target: &str, until: Timestamp) {
+        self.until.insert(pod.to_owned(), (target.to_owned(), until));
+    }
+
+    /// Where `pod` is nominated at `now`.
+    pub fn target(&self, pod: &str, now: Timestamp) -> Option<&str> {
+        self.until.get(pod).filter(|(_, until)| *until > now).map(|(t, _)| t.as_str())
+    }
+
+    /// Drops nominations that have run out, and those to targets that no longer exist.
+    pub fn expire(&mut self, now: Timestamp, exists: impl Fn(&str) -> bool) {
+        self.until.retain(|_, (target, until)| *until > now && exists(target));
+    }
+}
+
+/// The scheduler's view of the pools: each with its instance types and what it already holds.
+pub fn pool_inputs(state: &ClusterState, types_for: &dyn Fn(&NodePool) -> Vec<InstanceType>) -> Vec<PoolInput> {
+    state
+        .pools
+        .iter()
+        .filter(|p| p.spec.replicas.is_none() && p.metadata.deletion_timestamp.is_none())
+        .map(|pool| {
+            let nodes: Vec<_> = state.pool_nodes(pool.name()).filter(|n| !n.deleting).collect();
+            let in_use = nodes.iter().fold(Resources::ZERO, |acc, n| {
+                let capacity = n
+                    .node
+                    .as_ref()
+                    .and_then(|x| x.status.as_ref())
+                    .and_then(|s| s.capacity.as_ref())
+                    .and_then(|c| Resources::from_resource_list(c).ok())
+                    .unwrap_or(n.allocatable);
+                acc.add(&capacity)
+            });
+            PoolInput { pool: pool.clone(), instance_types: types_for(pool), in_use, nodes_in_use: nodes.len() as u64 }
+        })
+        .collect()
+}
+
+/// Scheduler options from the settings.
+pub fn scheduler_options(settings: &Settings) -> SchedulerOptions {
+    SchedulerOptions {
+        max_instance_types: settings.max_instance_types as usize,
+        ignore_preferences: settings.preference_policy == PreferencePolicy::Ignore,
+        price_ceiling: None,
+    }
+}
+
+/// One provisioning pass: the pending pods (minus those nominated at `now`) and the pods of deleting
+/// nodes, against the cluster and its pools.
+pub fn schedule(
+    state: &ClusterState,
+    types_for: &dyn Fn(&NodePool) -> Vec<InstanceType>,
+    nominations: &Nominations,
+    settings: &Settings,
+    now: Timestamp,
+) -> Results {
+    let pods = state
+        .pending_pods()
+        .filter(|p| nominations.target(&p.info.key, now).is_none())
+        .chain(state.evicted_pods())
+        .map(|p| p.info.clone())
+        .collect();
+    let nodes = state.nodes.iter().map(|n| n.as_existing()).collect();
+    Scheduler::new(
+        pool_inputs(state, types_for),
+        nodes,
+        state.bound_pods(),
+        &state.daemons,
+        scheduler_options(settings),
+    )
+    .solve(pods)
+}
+
+/// The NodeClaim to create for a planned claim of `pool`.
+pub fn node_claim(plan: &ClaimPlan, pool: &NodePool, name: &str) -> NodeClaim {
+    let template = &pool.spec.template;
+    let requests = plan.requests.add(&plan.daemon_overhead);
+    let mut claim = NodeClaim::new(
+        name,
+        NodeClaimSpec {
+            taints: template.spec.taints.clone(),
+            startup_taints: template.spec.startup_taints.clone(),
+            requirements: plan.node_claim_requirements().to_api(),
+            resources: NodeClaimResources { requests: requests.to_resource_list() },
+            node_class_ref: template.spec.node_class_ref.clone(),
+            expire_after: template.spec.expire_after,
+            termination_grace_period: template.spec.termination_grace_period,
+        },
+    );
+    let mut claim_labels: BTreeMap<String, String> = template.metadata.labels.clone();
+    claim_labels.insert(labels::NODE_POOL.to_owned(), pool.name().to_owned());
+    claim.metadata.labels = Some(claim_labels);
+    let mut annotations = template.metadata.annotations.clone();
+    annotations.insert(labels::NODEPOOL_HASH.to_owned(), pool.template_hash());
+    claim.metadata.annotations = Some(annotations);
+    claim
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(secs: u64) -> Timestamp {
+        clock::add(Timestamp::UNIX_EPOCH, Duration::from_secs(secs))
+    }
+
+    #[test]
+    fn batch_window_closes_after_idle_or_max() {
+        let mut b = Batcher::new(Duration::from_secs(1), Duration::from_secs(10));
+        assert!(!b.ready(at(100)));
+        b.trigger(at(0));
+        assert!(!b.ready(at(0)));
+        assert!(b.ready(at(1)), "one idle second closes it");
+        // A steady stream keeps it open until the maximum.
+        let mut b = Batcher::new(Duration::from_secs(1), Duration::from_secs(10));
+        for t in 0..20 {
+            b.trigger(clock::add(at(0), Duration::from_millis(t * 500)));
+            if b.ready(clock::add(at(0), Duration::from_millis(t * 500 + 1))) {
+                assert_eq!(t, 20);
+            }
+        }
+        assert_eq!(b.deadline(), Some(at(10)), "ten seconds after the first pod at most");
+        b.reset();
+        assert!(!b.is_open());
+    }
+
+    #[test]
+    fn nominations_expire() {
+        let mut n = Nominations::default();
+        n.nominate("default/a", "claim-1", at(20));
+        assert_eq!(n.target("default/a", at(19)), Some("claim-1"));
+        assert_eq!(n.target("default/a", at(20)), None);
+        n.expire(at(5), |t| t != "claim-1");
+        assert_eq!(n.target("default/a", at(6)), None, "its claim is gone");
+        assert_eq!(Nominations::window(&Settings::default()), Duration::from_secs(20));
+    }
+}

@@ -1,0 +1,352 @@
+//! The cluster mirror: nodes joined with their claims, the pods bound to them, DaemonSets and PDBs, with
+//! per-node available resources. Built from Kubernetes objects (a watch, a simulator, or a snapshot file)
+//! and read by every decision.
+
+use std::collections::{BTreeMap, HashMap};
+
+use jiff::Timestamp;
+use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::core::v1::{Node, Pod, Taint};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+
+use crate::api::{ConditionStatus, condition_types};
+use crate::api::{NodeClaim, NodeClaimSpec, NodeClaimStatus, NodePool, NodeSelectorRequirement, Operator, labels};
+use crate::cloud::{CapacityType, InstanceType};
+use crate::resources::Resources;
+use crate::scheduling::{DaemonPod, ExistingNode, HostPort, PodError, PodInfo, Requirement, Requirements};
+
+/// A node (or a launched claim whose node has not registered yet), as the controllers see it.
+#[derive(Debug, Clone)]
+pub struct StateNode {
+    /// The node's name (the claim's name while no node exists).
+    pub name: String,
+    /// The Node object, once registered.
+    pub node: Option<Node>,
+    /// The NodeClaim, inferred from the Node when none exists.
+    pub claim: Option<NodeClaim>,
+    /// Whether the claim was inferred from the Node (an inferred claim has no template hash).
+    pub inferred_claim: bool,
+    /// The node's labels.
+    pub labels: BTreeMap<String, String>,
+    /// The node's taints.
+    pub taints: Vec<Taint>,
+    /// Allocatable resources.
+    pub allocatable: Resources,
+    /// Requests of the pods bound to it.
+    pub requested: Resources,
+    /// Host ports its pods bind.
+    pub host_ports: Vec<HostPort>,
+    /// The NodePool it belongs to, if tenon manages it.
+    pub pool: Option<String>,
+    /// Whether the node or its claim is being deleted.
+    pub deleting: bool,
+    /// Whether the node is Ready.
+    pub ready: bool,
+    /// Whether the claim is initialized.
+    pub initialized: bool,
+    /// Whether the node is cordoned.
+    pub unschedulable: bool,
+    /// Indexes into [`ClusterState::pods`] of the pods bound to it.
+    pub pods: Vec<usize>,
+}
+
+impl StateNode {
+    /// Allocatable minus requested.
+    pub fn available(&self) -> Resources {
+        self.allocatable.sub(&self.requested)
+    }
+
+    /// A label of the node.
+    pub fn label(&self, key: &str) -> Option<&str> {
+        self.labels.get(key).map(String::as_str)
+    }
+
+    /// The capacity type, from the `karpenter.sh/capacity-type` label.
+    pub fn capacity_type(&self) -> Option<CapacityType> {
+        self.label(labels::CAPACITY_TYPE).and_then(CapacityType::parse)
+    }
+
+    /// The price per hour of the node's own offering (its instance type, zone and capacity type) in
+    /// `types`.
+    pub fn price(&self, types: &[InstanceType]) -> Option<f64> {
+        let it = types.iter().find(|t| Some(t.name.as_str()) == self.label(labels::INSTANCE_TYPE))?;
+        let zone = self.label(labels::ZONE)?;
+        let ct = self.capacity_type()?;
+        it.offering(zone, ct).map(|o| o.price)
+    }
+
+    /// As a scheduling target.
+    pub fn as_existing(&self) -> ExistingNode {
+        ExistingNode {
+            name: self.name.clone(),
+            labels: self.labels.clone(),
+            taints: self.taints.clone(),
+            available: self.available(),
+            host_ports: self.host_ports.clone(),
+            accepts_pods: !self.deleting && !self.unschedulable,
+        }
+    }
+}
+
+/// A pod and where it stands.
+#[derive(Debug, Clone)]
+pub struct StatePod {
+    /// The scheduling view.
+    pub info: PodInfo,
+    /// The Kubernetes object.
+    pub pod: Pod,
+    /// Whether it has finished (Succeeded or Failed).
+    pub terminal: bool,
+}
+
+/// Everything the decisions read.
+#[derive(Debug, Clone, Default)]
+pub struct ClusterState {
+    /// Nodes and launched claims.
+    pub nodes: Vec<StateNode>,
+    /// Every pod.
+    pub pods: Vec<StatePod>,
+    /// What each DaemonSet would run on a new node.
+    pub daemons: Vec<DaemonPod>,
+    /// PodDisruptionBudgets.
+    pub pdbs: Vec<PodDisruptionBudget>,
+    /// NodePools.
+    pub pools: Vec<NodePool>,
+}
+
+/// An object the mirror cannot understand.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum StateError {
+    /// A pod whose spec cannot be read.
+    #[error(transparent)]
+    Pod(#[from] PodError),
+    /// Another object, with the field.
+    #[error("{object}: {field}: {message}")]
+    Object {
+        /// `Kind/name`.
+        object: String,
+        /// The field.
+        field: String,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+fn node_ready(node: &Node) -> bool {
+    node.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+/// The claim a managed Node implies when its NodeClaim is missing (initialized when the Node says so).
+pub fn infer_claim(node: &Node, now: Timestamp) -> NodeClaim {
+    let name = node.metadata.name.clone().unwrap_or_default();
+    let node_labels = node.metadata.labels.clone().unwrap_or_default();
+    let requirements: Vec<NodeSelectorRequirement> = [labels::INSTANCE_TYPE, labels::ZONE, labels::CAPACITY_TYPE]
+        .iter()
+        .filter_map(|k| node_labels.get(*k).map(|v| NodeSelectorRequirement::new(*k, Operator::In, [v.clone()])))
+        .collect();
+    let mut claim = NodeClaim::new(&name, NodeClaimSpec { requirements, ..Default::default() });
+    claim.metadata.labels = Some(node_labels.clone());
+    claim.status = Some(NodeClaimStatus {
+        node_name: Some(name),
+        provider_id: node.spec.as_ref().and_then(|s| s.provider_id.clone()),
+        allocatable: node.status.as_ref().and_then(|s| s.allocatable.clone()).unwrap_or_default(),
+        capacity: node.status.as_ref().and_then(|s| s.capacity.clone()).unwrap_or_default(),
+        ..Default::default()
+    });
+    claim.set_condition(condition_types::LAUNCHED, ConditionStatus::True, "Inferred", "", now);
+    claim.set_condition(condition_types::REGISTERED, ConditionStatus::True, "Inferred", "", now);
+    if node_labels.get(labels::INITIALIZED).map(String::as_str) == Some("true") {
+        claim.set_condition(condition_types::INITIALIZED, ConditionStatus::True, "Inferred", "", now);
+    }
+    claim
+}
+
+/// A DaemonSet's pod as the scheduler sees it.
+pub fn daemon_pod(ds: &DaemonSet) -> Result<DaemonPod, PodError> {
+    let name = format!(
+        "{}/{}",
+        ds.metadata.namespace.as_deref().unwrap_or("default"),
+        ds.metadata.name.as_deref().unwrap_or_default()
+    );
+    let template = ds.spec.as_ref().map(|s| s.template.clone()).unwrap_or_default();
+    let pod = Pod { metadata: template.metadata.unwrap_or_default(), spec: template.spec, status: None };
+    let info = PodInfo::from_pod(&pod).map_err(|e| PodError { pod: format!("DaemonSet {name}"), ..e })?;
+    Ok(DaemonPod {
+        name,
+        requests: info.requests,
+        alternatives: info.requirement_alternatives(),
+        tolerations: info.tolerations.clone(),
+    })
+}
+
+impl ClusterState {
+    /// Builds the mirror from Kubernetes objects. Nodes without a claim but with a `karpenter.sh/nodepool`
+    /// label get an inferred claim; claims without a node (launched, not registered) are nodes of their
+    /// own, with the claim's allocatable.
+    pub fn from_objects(
+        pods: &[Pod],
+        nodes: &[Node],
+        claims: &[NodeClaim],
+        daemon_sets: &[DaemonSet],
+        pdbs: &[PodDisruptionBudget],
+        pools: &[NodePool],
+        now: Timestamp,
+    ) -> Result<Self, StateError> {
+        let mut state = ClusterState { pdbs: pdbs.to_vec(), pools: pools.to_vec(), ..Default::default() };
+        let mut by_name: HashMap<String, usize> = HashMap::new();
+        let claim_for_node: HashMap<&str, &NodeClaim> = claims
+            .iter()
+            .filter_map(|c| {
+                let by_node = c.status.as_ref().and_then(|s| s.node_name.as_deref());
+                let by_pid = c.provider_id().and_then(|pid| {
+                    nodes.iter().find(|n| n.spec.as_ref().and_then(|s| s.provider_id.as_deref()) == Some(pid))
+                });
+                by_node.or_else(|| by_pid.and_then(|n| n.metadata.name.as_deref())).map(|n| (n, c))
+            })
+            .collect();
+        for node in nodes {
+            let name = node.metadata.name.clone().unwrap_or_default();
+            let object = format!("Node/{name}");
+            let status = node.status.as_ref();
+            let allocatable =
+                Resources::from_resource_list(&status.and_then(|s| s.allocatable.clone()).unwrap_or_default())
+                    .map_err(|e| StateError::Object {
+                        object: object.clone(),
+                        field: "status.allocatable".into(),
+                        message: e.to_string(),
+                    })?;
+            let node_labels = node.metadata.labels.clone().unwrap_or_default();
+            let pool = node_labels.get(labels::NODE_POOL).cloned();
+            let (claim, inferred) = match (claim_for_node.get(name.as_str()), &pool) {
+                (Some(c), _) => (Some((*c).clone()), false),
+                (None, Some(_)) => (Some(infer_claim(node, now)), true),
+                (None, None) => (None, false),
+            };
+            let taints = node.spec.as_ref().and_then(|s| s.taints.clone()).unwrap_or_default();
+            let deleting = node.metadata.deletion_timestamp.is_some()
+                || claim.as_ref().is_some_and(|c| c.metadata.deletion_timestamp.is_some())
+                || taints.iter().any(|t| t.key == labels::DISRUPTED_TAINT);
+            let initialized = claim.as_ref().is_some_and(NodeClaim::is_initialized)
+                || node_labels.get(labels::INITIALIZED).map(String::as_str) == Some("true");
+            by_name.insert(name.clone(), state.nodes.len());
+            state.nodes.push(StateNode {
+                name,
+                ready: node_ready(node),
+                unschedulable: node.spec.as_ref().and_then(|s| s.unschedulable).unwrap_or(false),
+                node: Some(node.clone()),
+                claim,
+                inferred_claim: inferred,
+                labels: node_labels,
+                taints,
+                allocatable,
+                requested: Resources::ZERO,
+                host_ports: Vec::new(),
+                pool,
+                deleting,
+                initialized,
+                pods: Vec::new(),
+            });
+        }
+        // Launched claims whose node has not registered yet are capacity in flight.
+        for c in claims {
+            let registered = claim_for_node.values().any(|x| x.name() == c.name());
+            if registered || c.provider_id().is_none() {
+                continue;
+            }
+            let status = c.status.clone().unwrap_or_default();
+            let allocatable = Resources::from_resource_list(&status.allocatable).map_err(|e| StateError::Object {
+                object: format!("NodeClaim/{}", c.name()),
+                field: "status.allocatable".into(),
+                message: e.to_string(),
+            })?;
+            let mut node_labels: BTreeMap<String, String> = c.metadata.labels.clone().unwrap_or_default();
+            let reqs = Requirements::from_api(&c.spec.requirements);
+            for (k, v) in reqs.single_values() {
+                node_labels.entry(k.to_owned()).or_insert_with(|| v.to_owned());
+            }
+            let mut taints = c.spec.taints.clone();
+            taints.extend(c.spec.startup_taints.iter().cloned());
+            by_name.insert(c.name().to_owned(), state.nodes.len());
+            state.nodes.push(StateNode {
+                name: c.name().to_owned(),
+                node: None,
+                claim: Some(c.clone()),
+                inferred_claim: false,
+                pool: node_labels.get(labels::NODE_POOL).cloned().or_else(|| c.node_pool().map(str::to_owned)),
+                labels: node_labels,
+                taints,
+                allocatable,
+                requested: Resources::ZERO,
+                host_ports: Vec::new(),
+                deleting: c.metadata.deletion_timestamp.is_some(),
+                ready: false,
+                initialized: false,
+                unschedulable: false,
+                pods: Vec::new(),
+            });
+        }
+        for pod in pods {
+            let info = PodInfo::from_pod(pod)?;
+            let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref()).unwrap_or("Pending");
+            let terminal = matches!(phase, "Succeeded" | "Failed");
+            let i = state.pods.len();
+            if let Some(n) = info.node_name.as_ref().and_then(|n| by_name.get(n))
+                && !terminal
+            {
+                let node = &mut state.nodes[*n];
+                node.requested.add_assign(&info.requests);
+                node.host_ports.extend(info.host_ports.iter().cloned());
+                node.pods.push(i);
+            }
+            state.pods.push(StatePod { info, pod: pod.clone(), terminal });
+        }
+        for ds in daemon_sets {
+            state.daemons.push(daemon_pod(ds)?);
+        }
+        Ok(state)
+    }
+
+    /// A NodePool by name.
+    pub fn pool(&self, name: &str) -> Option<&NodePool> {
+        self.pools.iter().find(|p| p.name() == name)
+    }
+
+    /// Pods waiting for a node: unbound, not finished, not owned by a DaemonSet.
+    pub fn pending_pods(&self) -> impl Iterator<Item = &StatePod> {
+        self.pods.iter().filter(|p| p.info.node_name.is_none() && !p.terminal && !p.info.daemon)
+    }
+
+    /// Pods that must move because their node is being deleted (DaemonSet and finished pods excepted).
+    pub fn evicted_pods(&self) -> impl Iterator<Item = &StatePod> {
+        self.nodes
+            .iter()
+            .filter(|n| n.deleting)
+            .flat_map(|n| n.pods.iter().map(|i| &self.pods[*i]))
+            .filter(|p| !p.terminal && !p.info.daemon)
+    }
+
+    /// Pods bound to a live node, with the node's name, for topology counts.
+    pub fn bound_pods(&self) -> Vec<(PodInfo, String)> {
+        self.nodes
+            .iter()
+            .filter(|n| !n.deleting)
+            .flat_map(|n| n.pods.iter().map(move |i| (&self.pods[*i], n.name.clone())))
+            .filter(|(p, _)| !p.terminal)
+            .map(|(p, n)| (p.info.clone(), n))
+            .collect()
+    }
+
+    /// The nodes of `pool`.
+    pub fn pool_nodes<'a>(&'a self, pool: &'a str) -> impl Iterator<Item = &'a StateNode> + 'a {
+        self.nodes.iter().filter(move |n| n.pool.as_deref() == Some(pool))
+    }
+}
+
+/// Requirements of a node's labels, for compatibility checks.
+pub fn node_requirements(node: &StateNode) -> Requirements {
+    node.labels.iter().map(|(k, v)| Requirement::is_in(k, [v.clone()])).collect()
+}

@@ -1,0 +1,213 @@
+//! `tenon plan` on snapshot files: the provisioning half of the JSON contract, and the errors.
+
+#![allow(clippy::unwrap_used)] // test helpers outside #[test] functions unwrap too
+
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+const CATALOG: &str = "examples/catalogs/aws-us-east-1.yaml";
+
+fn run(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_tenon"))
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .args(args)
+        .env_remove("CONSOLIDATION_SPLIT_FALLBACK")
+        .output()
+        .unwrap_or_else(|e| panic!("tenon does not run: {e}"))
+}
+
+fn plan(snapshot: &str) -> Value {
+    let file = format!("tests/plan/{snapshot}");
+    let out = run(&["plan", "--output", "json", "--now", "2026-03-04T12:00:00Z", CATALOG, &file]);
+    assert!(out.status.success(), "{snapshot}: {}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{snapshot}: not JSON: {e}"))
+}
+
+fn claims(v: &Value) -> &Vec<Value> {
+    v["provisioning"]["nodeClaims"].as_array().unwrap()
+}
+
+fn launch(claim: &Value) -> (&str, &str, &str, f64) {
+    let l = &claim["launch"];
+    (
+        l["instanceType"].as_str().unwrap(),
+        l["zone"].as_str().unwrap(),
+        l["capacityType"].as_str().unwrap(),
+        l["price"].as_f64().unwrap(),
+    )
+}
+
+fn requirement<'a>(claim: &'a Value, key: &str) -> Option<&'a Value> {
+    claim["requirements"].as_array().unwrap().iter().find(|r| r["key"] == key)
+}
+
+#[test]
+fn pending_pods_become_one_claim_on_the_cheapest_type() {
+    let v = plan("cpu-basic.yaml");
+    let c = claims(&v);
+    assert_eq!(c.len(), 1);
+    assert_eq!(c[0]["nodePool"], "default");
+    assert_eq!(c[0]["pods"], serde_json::json!(["shop/web-1", "shop/web-2", "shop/web-3"]));
+    assert_eq!(launch(&c[0]), ("c5.large", "us-east-1a", "spot", 0.0357));
+    assert_eq!(c[0]["instanceTypes"][0], "c5.large");
+    assert!(c[0]["instanceTypes"].as_array().unwrap().iter().all(|t| t.as_str().unwrap().starts_with(['c', 'm'])));
+    assert!(requirement(&c[0], "node.kubernetes.io/instance-type").is_some());
+    assert_eq!(v["disruption"], Value::Null);
+}
+
+#[test]
+fn an_existing_node_with_room_takes_the_pod() {
+    let v = plan("existing-node.yaml");
+    assert!(claims(&v).is_empty());
+    assert_eq!(
+        v["provisioning"]["existingNodes"],
+        serde_json::json!([{"node": "ip-10-0-0-1", "pods": ["default/pending"]}])
+    );
+}
+
+#[test]
+fn gpu_pods_go_to_the_tainted_gpu_pool_and_the_rest_to_the_cpu_pool() {
+    let v = plan("gpu-and-cpu.yaml");
+    let c = claims(&v);
+    assert_eq!(c.len(), 2);
+    let gpu = c.iter().find(|c| c["nodePool"] == "gpu").unwrap();
+    assert_eq!(gpu["pods"], serde_json::json!(["ml/trainer"]));
+    assert_eq!(launch(gpu), ("g5.2xlarge", "us-east-1a", "spot", 0.509));
+    let cpu = c.iter().find(|c| c["nodePool"] == "cpu").unwrap();
+    assert_eq!(cpu["pods"], serde_json::json!(["web/api"]));
+}
+
+#[test]
+fn a_zonal_spread_puts_one_claim_in_each_zone() {
+    let v = plan("zonal-spread.yaml");
+    let mut zones: Vec<&str> = claims(&v).iter().map(|c| launch(c).1).collect();
+    zones.sort();
+    assert_eq!(zones, ["us-east-1a", "us-east-1b", "us-east-1c"]);
+    for c in claims(&v) {
+        assert_eq!(requirement(c, "topology.kubernetes.io/zone").unwrap()["values"].as_array().unwrap().len(), 1);
+    }
+}
+
+#[test]
+fn hostname_anti_affinity_buys_a_node_per_replica() {
+    let v = plan("anti-affinity.yaml");
+    assert_eq!(claims(&v).len(), 3);
+    assert!(claims(&v).iter().all(|c| c["pods"].as_array().unwrap().len() == 1));
+}
+
+#[test]
+fn limits_stop_the_pool_and_the_pod_says_why() {
+    let v = plan("limits.yaml");
+    assert_eq!(claims(&v).len(), 2);
+    let u = &v["provisioning"]["unschedulable"];
+    assert_eq!(u.as_array().unwrap().len(), 1);
+    assert_eq!(u[0]["pod"], "default/batch-3");
+    assert!(u[0]["reason"].as_str().unwrap().contains("limits"), "{}", u[0]["reason"]);
+}
+
+#[test]
+fn a_reservation_is_used_up_before_paying_for_spot() {
+    let v = plan("reserved.yaml");
+    let c = claims(&v);
+    assert_eq!(c.len(), 3);
+    let reserved: Vec<&Value> = c.iter().filter(|c| c["launch"]["capacityType"] == "reserved").collect();
+    assert_eq!(reserved.len(), 2, "the reservation holds two");
+    for r in &reserved {
+        assert_eq!(requirement(r, "karpenter.sh/reservation-id").unwrap()["values"][0], "cr-0123");
+    }
+    let rest = c.iter().find(|c| c["launch"]["capacityType"] != "reserved").unwrap();
+    assert_eq!(launch(rest), ("g5.12xlarge", "us-east-1a", "spot", 2.3822));
+}
+
+#[test]
+fn daemon_overhead_is_charged_per_realization() {
+    let v = plan("daemonset-heavy.yaml");
+    let c = claims(&v);
+    assert_eq!(c.len(), 1);
+    assert_eq!(c[0]["daemonOverhead"]["cpu"], "700m", "max(200m + 500m, 200m + 300m), not 1000m");
+    assert_eq!(launch(&c[0]).0, "m5.large");
+}
+
+#[test]
+fn unschedulable_pods_name_the_constraint_that_failed() {
+    let v = plan("unschedulable.yaml");
+    assert!(claims(&v).is_empty());
+    let u = v["provisioning"]["unschedulable"].as_array().unwrap();
+    let reason = |pod: &str| u.iter().find(|x| x["pod"] == pod).unwrap()["reason"].as_str().unwrap().to_owned();
+    let greedy = reason("ml/greedy");
+    assert!(greedy.contains("nvidia.com/gpu 16") && greedy.contains("offers 8"), "{greedy}");
+    let lost = reason("ml/lost");
+    assert!(lost.contains("topology.kubernetes.io/zone In [eu-west-1a]"), "{lost}");
+}
+
+#[test]
+fn marginal_cost_packing_opens_a_cheaper_claim_than_growing() {
+    let v = plan("marginal-cost.yaml");
+    let c = claims(&v);
+    assert_eq!(c.len(), 2, "{c:?}");
+    let batch = c.iter().find(|c| c["pods"] == serde_json::json!(["default/batch"])).unwrap();
+    assert_eq!(launch(batch).0, "m5.2xlarge");
+    let trainer = c.iter().find(|c| c["pods"] == serde_json::json!(["default/trainer"])).unwrap();
+    assert_eq!(launch(trainer).0, "g5.2xlarge");
+    // The same snapshot under binpack grows one claim instead, which costs more.
+    let text = std::fs::read_to_string("tests/plan/marginal-cost.yaml").unwrap().replace("marginal-cost}", "binpack}");
+    let dir = std::env::temp_dir().join(format!("tenon-plan-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("binpack.yaml");
+    std::fs::write(&file, text).unwrap();
+    let out = run(&["plan", "-o", "json", CATALOG, file.to_str().unwrap()]);
+    let binpack: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let bc = claims(&binpack);
+    assert_eq!(bc.len(), 1);
+    assert_eq!(launch(&bc[0]).0, "g5.4xlarge");
+    let total = |cs: &Vec<Value>| cs.iter().map(|c| launch(c).3).sum::<f64>();
+    assert!(total(c) < total(bc), "{} vs {}", total(c), total(bc));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn pods_of_a_node_being_deleted_get_new_capacity() {
+    let v = plan("deleting-node.yaml");
+    let c = claims(&v);
+    assert_eq!(c.len(), 1);
+    assert_eq!(c[0]["pods"], serde_json::json!(["default/moving"]));
+    assert!(v["provisioning"]["existingNodes"].as_array().unwrap().is_empty(), "not back onto the deleting node");
+}
+
+#[test]
+fn preferences_are_kept_when_they_can_be_met() {
+    let v = plan("preferences.yaml");
+    assert_eq!(launch(&claims(&v)[0]).1, "us-east-1b");
+}
+
+#[test]
+fn text_output_explains_each_decision() {
+    let out = run(&["plan", CATALOG, "tests/plan/limits.yaml"]);
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("new NodeClaim from NodePool capped: m5.2xlarge spot"), "{text}");
+    assert!(text.contains("cannot schedule default/batch-3: NodePool capped: its limits"), "{text}");
+}
+
+#[test]
+fn bad_input_names_file_document_object_and_field_and_fails() {
+    let dir = std::env::temp_dir().join(format!("tenon-plan-bad-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("bad.yaml");
+    std::fs::write(
+        &file,
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: ok}\nspec: {containers: [{name: c}]}\n---\napiVersion: v1\nkind: Pod\nmetadata: {name: broken, namespace: web}\nspec: {containers: [{name: c, resources: {requests: {cpu: lots}}}]}\n",
+    )
+    .unwrap();
+    let out = run(&["plan", CATALOG, file.to_str().unwrap()]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("bad.yaml") && err.contains("document 2") && err.contains("web/broken"), "{err}");
+    assert!(err.contains("spec.containers[0].resources.requests.cpu"), "{err}");
+    assert!(out.stdout.is_empty(), "nothing half-printed");
+    std::fs::remove_dir_all(&dir).unwrap();
+    let missing = run(&["plan", "tests/plan/does-not-exist.yaml"]);
+    assert!(!missing.status.success());
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("does-not-exist.yaml"));
+}
