@@ -154,6 +154,44 @@ pub fn schedule(
     .solve(pods)
 }
 
+/// What one provisioning pass decided: the NodeClaims to create, and the scheduling results behind them.
+#[derive(Debug, Clone)]
+pub struct Provisioned {
+    /// NodeClaims to create, one per planned claim, in order.
+    pub claims: Vec<NodeClaim>,
+    /// The pass's results.
+    pub results: Results,
+}
+
+/// Runs one provisioning pass and turns its plans into NodeClaims named by `name_for(pool)`, nominating
+/// every placed pod (to its new claim or existing node) so the next batch does not buy for it again.
+pub fn provision(
+    state: &ClusterState,
+    types_for: &dyn Fn(&NodePool) -> Vec<InstanceType>,
+    nominations: &mut Nominations,
+    settings: &Settings,
+    now: Timestamp,
+    name_for: &mut dyn FnMut(&str) -> String,
+) -> Provisioned {
+    let results = schedule(state, types_for, nominations, settings, now);
+    let until = clock::add(now, Nominations::window(settings));
+    let mut claims = Vec::with_capacity(results.claims.len());
+    for plan in &results.claims {
+        let Some(pool) = state.pool(&plan.pool) else { continue };
+        let name = name_for(pool.name());
+        for pod in &plan.pods {
+            nominations.nominate(pod, &name, until);
+        }
+        claims.push(node_claim(plan, pool, &name));
+    }
+    for placed in &results.existing {
+        for pod in &placed.pods {
+            nominations.nominate(pod, &placed.node, until);
+        }
+    }
+    Provisioned { claims, results }
+}
+
 /// The NodeClaim to create for a planned claim of `pool`.
 pub fn node_claim(plan: &ClaimPlan, pool: &NodePool, name: &str) -> NodeClaim {
     let template = &pool.spec.template;
@@ -205,6 +243,41 @@ mod tests {
         assert_eq!(b.deadline(), Some(at(10)), "ten seconds after the first pod at most");
         b.reset();
         assert!(!b.is_open());
+    }
+
+    #[test]
+    fn nominated_pods_are_not_bought_for_twice() {
+        use crate::api::{NodePoolSpec, labels};
+        use crate::cloud::fake::FakeCloud;
+        use k8s_openapi::api::core::v1::Pod;
+        let pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "web", "namespace": "default"},
+            "spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": "1"}}}]}
+        }))
+        .unwrap();
+        let pool = NodePool::new("default", NodePoolSpec::default());
+        let state = ClusterState::from_objects(&[pod], &[], &[], &[], &[], &[pool], at(0)).unwrap();
+        let settings = Settings::default();
+        let mut nominations = Nominations::default();
+        let mut n = 0;
+        let mut name = |pool: &str| {
+            n += 1;
+            format!("{pool}-{n}")
+        };
+        let types = |_: &NodePool| FakeCloud::default_catalog();
+        let first = provision(&state, &types, &mut nominations, &settings, at(0), &mut name);
+        assert_eq!(first.claims.len(), 1);
+        let claim = &first.claims[0];
+        assert_eq!(claim.name(), "default-1");
+        assert_eq!(claim.node_pool(), Some("default"));
+        assert!(claim.spec.requirements.iter().any(|r| r.key == labels::INSTANCE_TYPE));
+        assert!(claim.annotation(labels::NODEPOOL_HASH).is_some());
+        // The next batch, while the claim boots, sees the pod nominated and buys nothing.
+        let second = provision(&state, &types, &mut nominations, &settings, at(5), &mut name);
+        assert!(second.claims.is_empty());
+        // Once the nomination runs out, the still-pending pod is provisioned again.
+        let third = provision(&state, &types, &mut nominations, &settings, at(25), &mut name);
+        assert_eq!(third.claims.len(), 1);
     }
 
     #[test]

@@ -104,6 +104,9 @@ pub struct TopologyTerm {
     /// Spread: whether only domains compatible with the pod's node requirements count (`Honor`, the
     /// default) or all of them (`Ignore`).
     pub honor_node_affinity: bool,
+    /// Spread with `nodeTaintsPolicy: Honor`: the pod's tolerations (as JSON, so equal constraints share a
+    /// group); pods on nodes whose taints they do not tolerate are not counted.
+    pub honor_taints: Option<String>,
 }
 
 /// A host port a pod binds.
@@ -254,10 +257,11 @@ fn affinity_term(kind: TopologyKind, namespace: &str, t: &PodAffinityTerm) -> To
         max_skew: 1,
         min_domains: None,
         honor_node_affinity: true,
+        honor_taints: None,
     }
 }
 
-fn spread_term(namespace: &str, c: &TopologySpreadConstraint) -> TopologyTerm {
+fn spread_term(namespace: &str, c: &TopologySpreadConstraint, tolerations: &[Toleration]) -> TopologyTerm {
     TopologyTerm {
         kind: TopologyKind::Spread,
         key: labels::normalize(&c.topology_key).to_owned(),
@@ -266,6 +270,8 @@ fn spread_term(namespace: &str, c: &TopologySpreadConstraint) -> TopologyTerm {
         max_skew: c.max_skew.max(1),
         min_domains: c.min_domains,
         honor_node_affinity: c.node_affinity_policy.as_deref() != Some("Ignore"),
+        honor_taints: (c.node_taints_policy.as_deref() == Some("Honor"))
+            .then(|| serde_json::to_string(tolerations).unwrap_or_default()),
     }
 }
 
@@ -297,11 +303,12 @@ impl PodInfo {
 
         let mut topology = Vec::new();
         let mut soft_spreads = Vec::new();
+        let tolerations = spec.tolerations.clone().unwrap_or_default();
         for c in spec.topology_spread_constraints.iter().flatten() {
             if c.when_unsatisfiable == "ScheduleAnyway" {
-                soft_spreads.push(spread_term(&namespace, c));
+                soft_spreads.push(spread_term(&namespace, c, &tolerations));
             } else {
-                topology.push(spread_term(&namespace, c));
+                topology.push(spread_term(&namespace, c, &tolerations));
             }
         }
         let pod_affinity = spec.affinity.as_ref().and_then(|a| a.pod_affinity.as_ref());

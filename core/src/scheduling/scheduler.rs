@@ -380,12 +380,13 @@ impl Scheduler {
         let prefer_no_schedule = built.iter().any(|p| p.taints.iter().any(|t| t.effect == "PreferNoSchedule"))
             || nodes.iter().any(|n| n.input.taints.iter().any(|t| t.effect == "PreferNoSchedule"));
         let mut topology = Topology::new(universe);
-        let node_labels: HashMap<&str, &BTreeMap<String, String>> =
-            nodes.iter().map(|n| (n.input.name.as_str(), &n.input.labels)).collect();
+        let node_info: HashMap<&str, (&BTreeMap<String, String>, &Vec<Taint>)> =
+            nodes.iter().map(|n| (n.input.name.as_str(), (&n.input.labels, &n.input.taints))).collect();
         for (pod, node) in bound {
-            let mut l = node_labels.get(node.as_str()).map(|l| (*l).clone()).unwrap_or_default();
+            let (l, t) = node_info.get(node.as_str()).map(|(l, t)| ((*l).clone(), (*t).clone())).unwrap_or_default();
+            let mut l = l;
             l.entry(labels::HOSTNAME.to_owned()).or_insert(node);
-            topology.add_bound(pod, l);
+            topology.add_bound(pod, l, t);
         }
         Self {
             pools: built,

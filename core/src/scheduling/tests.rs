@@ -413,3 +413,34 @@ fn marginal_cost_packing_opens_a_cheaper_claim() {
     );
     assert!(marginal.launch_price() < binpack.launch_price());
 }
+
+#[test]
+fn node_taints_policy_honor_ignores_pods_on_untolerated_nodes() {
+    let tainted = ExistingNode {
+        name: "tainted".into(),
+        labels: [(labels::ZONE.to_owned(), "zone-a".to_owned())].into(),
+        taints: vec![taints::taint("dedicated", Some("infra"), "NoSchedule")],
+        available: Resources::ZERO,
+        host_ports: vec![],
+        accepts_pods: true,
+    };
+    let spread = |policy: &str| {
+        json!({"topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone", "whenUnsatisfiable": "DoNotSchedule",
+            "nodeTaintsPolicy": policy, "labelSelector": {"matchLabels": {"app": "web"}}}]})
+    };
+    let bound = |i: usize| (pod_with(&format!("old-{i}"), "1", json!({}), json!({"app": "web"})), "tainted".to_owned());
+    let zone_for = |policy: &str| {
+        let p = pod_with("new", "1", spread(policy), json!({"app": "web"}));
+        let r = Scheduler::new(
+            vec![input(NodePool::new("default", NodePoolSpec::default()), sized_catalog(2))],
+            vec![tainted.clone()],
+            vec![bound(0), bound(1)],
+            &[],
+            SchedulerOptions::default(),
+        )
+        .solve(vec![p]);
+        r.claims[0].requirements.get(labels::ZONE).unwrap().single().unwrap().to_owned()
+    };
+    assert_eq!(zone_for("Ignore"), "zone-b", "the two pods in zone-a count");
+    assert_eq!(zone_for("Honor"), "zone-a", "pods on a node the new pod cannot tolerate do not count");
+}

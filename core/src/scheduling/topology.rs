@@ -4,7 +4,10 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use super::pod::{PodInfo, TopologyKind, TopologyTerm};
+use k8s_openapi::api::core::v1::{Taint, Toleration};
+
 use super::requirements::{Requirement, Requirements};
+use super::taints;
 use crate::api::labels;
 
 /// One constraint's domain counts.
@@ -24,11 +27,18 @@ pub(crate) struct Group {
     total: i32,
     /// Whether any claim has an owner.
     any_claim_owner: bool,
+    /// `nodeTaintsPolicy: Honor`: the tolerations deciding which nodes' pods count.
+    tolerations: Option<Vec<Toleration>>,
 }
 
 impl Group {
     fn selects(&self, pod: &PodInfo) -> bool {
         self.term.namespaces.contains(&pod.namespace) && self.term.selector.matches(&pod.labels)
+    }
+
+    /// Whether pods on a node with `taints` count for this group.
+    fn counts_node(&self, taints: &[Taint]) -> bool {
+        self.tolerations.as_ref().is_none_or(|t| taints::untolerated(taints, t, true).is_none())
     }
 
     fn count(&self, domain: &str) -> i32 {
@@ -88,8 +98,8 @@ pub(crate) struct Topology {
     index: HashMap<TopologyTerm, usize>,
     /// Known domains per key (zones, custom keys), for spread minimums.
     universe: HashMap<String, BTreeSet<String>>,
-    /// Bound pods with their node's labels, counted into groups created later.
-    bound: Vec<(PodInfo, BTreeMap<String, String>)>,
+    /// Bound pods with their node's labels and taints, counted into groups created later.
+    bound: Vec<(PodInfo, BTreeMap<String, String>, Vec<Taint>)>,
 }
 
 impl Topology {
@@ -98,10 +108,11 @@ impl Topology {
     }
 
     /// Registers a pod already running on a node with `node_labels` (hostname included).
-    pub(crate) fn add_bound(&mut self, pod: PodInfo, node_labels: BTreeMap<String, String>) {
+    pub(crate) fn add_bound(&mut self, pod: PodInfo, node_labels: BTreeMap<String, String>, node_taints: Vec<Taint>) {
         for g in &mut self.groups {
             if let Some(d) = node_labels.get(&g.term.key)
                 && g.selects(&pod)
+                && g.counts_node(&node_taints)
             {
                 *g.counts.entry(d.clone()).or_default() += 1;
                 g.total += 1;
@@ -114,7 +125,7 @@ impl Topology {
                 *self.groups[gid].owners.entry(d.clone()).or_default() += 1;
             }
         }
-        self.bound.push((pod, node_labels));
+        self.bound.push((pod, node_labels, node_taints));
     }
 
     /// The group of a term, created (and counted over bound pods) on first use.
@@ -130,10 +141,12 @@ impl Topology {
             claim_owners: Vec::new(),
             total: 0,
             any_claim_owner: false,
+            tolerations: term.honor_taints.as_deref().map(|t| serde_json::from_str(t).unwrap_or_default()),
         };
-        for (pod, node_labels) in &self.bound {
+        for (pod, node_labels, node_taints) in &self.bound {
             if let Some(d) = node_labels.get(&term.key)
                 && g.selects(pod)
+                && g.counts_node(node_taints)
             {
                 *g.counts.entry(d.clone()).or_default() += 1;
                 g.total += 1;

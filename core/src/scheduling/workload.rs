@@ -75,6 +75,7 @@ fn term(kind: TopologyKind, key: &str, group: &str) -> TopologyTerm {
         max_skew: 1,
         min_domains: None,
         honor_node_affinity: true,
+        honor_taints: None,
     }
 }
 
