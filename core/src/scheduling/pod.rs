@@ -374,6 +374,15 @@ impl PodInfo {
         })
     }
 
+    /// Every topology term the pod may be scheduled under, hard or preferred.
+    pub fn all_terms(&self) -> impl Iterator<Item = &TopologyTerm> {
+        self.topology
+            .iter()
+            .chain(&self.soft_spreads)
+            .chain(self.preferred_affinity.iter().map(|(_, t)| t))
+            .chain(self.preferred_anti_affinity.iter().map(|(_, t)| t))
+    }
+
     /// Every OR-term of the pod's node requirements (nodeSelector ∩ each required term), for checks that
     /// must consider any term (DaemonSet compatibility).
     pub fn requirement_alternatives(&self) -> Vec<Requirements> {

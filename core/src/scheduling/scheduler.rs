@@ -182,8 +182,8 @@ struct Pool {
     name: String,
     reqs: Requirements,
     taints: Vec<Taint>,
-    types: Vec<TypeEntry>,
-    base: Vec<u32>,
+    types: Arc<Vec<TypeEntry>>,
+    base: Arc<Vec<u32>>,
     packing: Packing,
     remaining: Option<Resources>,
     remaining_nodes: Option<u64>,
@@ -201,10 +201,21 @@ struct Claim {
     price: Option<f64>,
 }
 
+/// What does not change about a node during a pass, shared by every simulation.
+#[derive(Debug)]
+struct NodeInfo {
+    name: String,
+    labels: BTreeMap<String, String>,
+    taints: Vec<Taint>,
+    reqs: Requirements,
+}
+
 #[derive(Debug, Clone)]
 struct Node {
-    input: ExistingNode,
-    reqs: Requirements,
+    info: Arc<NodeInfo>,
+    available: Resources,
+    host_ports: Vec<HostPort>,
+    accepts_pods: bool,
     pods: Vec<usize>,
 }
 
@@ -317,7 +328,11 @@ fn type_requirements(it: &InstanceType, all_keys: &BTreeSet<String>) -> Requirem
 }
 
 /// One scheduling pass over a snapshot.
-#[derive(Debug)]
+///
+/// A scheduler prepared once can be cloned cheaply (instance types, node labels and bound-pod data are
+/// shared), so consolidation simulates "what if these nodes were gone" from one base without rebuilding
+/// the world per candidate.
+#[derive(Debug, Clone)]
 pub struct Scheduler {
     pools: Vec<Pool>,
     nodes: Vec<Node>,
@@ -350,7 +365,7 @@ impl Scheduler {
         ordered.sort_by(|a, b| b.pool.weight().cmp(&a.pool.weight()).then_with(|| a.pool.name().cmp(b.pool.name())));
         for input in ordered {
             let pool = build_pool(input, daemons);
-            for t in &pool.base {
+            for t in pool.base.iter() {
                 let te = &pool.types[*t as usize];
                 for o in te.it.offerings.iter().filter(|o| offering_ok(o, &pool.reqs)) {
                     universe.entry(labels::ZONE.to_owned()).or_default().insert(o.zone.clone());
@@ -374,19 +389,30 @@ impl Scheduler {
                         universe.entry(k.clone()).or_default().insert(v.clone());
                     }
                 }
-                Node { reqs: Requirements::from_labels(&n.labels), pods: Vec::new(), input: n }
+                Node {
+                    info: Arc::new(NodeInfo {
+                        reqs: Requirements::from_labels(&n.labels),
+                        name: n.name,
+                        labels: n.labels,
+                        taints: n.taints,
+                    }),
+                    available: n.available,
+                    host_ports: n.host_ports,
+                    accepts_pods: n.accepts_pods,
+                    pods: Vec::new(),
+                }
             })
             .collect();
         let prefer_no_schedule = built.iter().any(|p| p.taints.iter().any(|t| t.effect == "PreferNoSchedule"))
-            || nodes.iter().any(|n| n.input.taints.iter().any(|t| t.effect == "PreferNoSchedule"));
+            || nodes.iter().any(|n| n.info.taints.iter().any(|t| t.effect == "PreferNoSchedule"));
         let mut topology = Topology::new(universe);
         let node_info: HashMap<&str, (&BTreeMap<String, String>, &Vec<Taint>)> =
-            nodes.iter().map(|n| (n.input.name.as_str(), (&n.input.labels, &n.input.taints))).collect();
+            nodes.iter().map(|n| (n.info.name.as_str(), (&n.info.labels, &n.info.taints))).collect();
         for (pod, node) in bound {
             let (l, t) = node_info.get(node.as_str()).map(|(l, t)| ((*l).clone(), (*t).clone())).unwrap_or_default();
             let mut l = l;
-            l.entry(labels::HOSTNAME.to_owned()).or_insert(node);
-            topology.add_bound(pod, l, t);
+            l.entry(labels::HOSTNAME.to_owned()).or_insert_with(|| node.clone());
+            topology.add_bound(pod, &node, l, t);
         }
         Self {
             pools: built,
@@ -399,6 +425,44 @@ impl Scheduler {
             options,
             prefer_no_schedule,
         }
+    }
+
+    /// Registers the topology constraints of `pods` now, so that clones of this scheduler share their
+    /// counts instead of each recounting every bound pod.
+    pub fn register(&mut self, pods: &[PodInfo]) {
+        for p in pods {
+            for t in p.all_terms() {
+                self.topology.group(t);
+            }
+        }
+    }
+
+    /// A copy of this scheduler in which the named nodes are gone: they take no pods, and the pods bound
+    /// to them no longer count for topology.
+    #[must_use]
+    pub fn without_nodes(&self, names: &[&str]) -> Self {
+        let mut s = self.clone();
+        for n in s.nodes.iter_mut().filter(|n| names.contains(&n.info.name.as_str())) {
+            n.accepts_pods = false;
+        }
+        for name in names {
+            s.topology.remove_node(name);
+        }
+        s
+    }
+
+    /// Stops the named nodes from taking pods (they stay, with their pods counted).
+    pub fn block_nodes(&mut self, names: &[&str]) {
+        for n in self.nodes.iter_mut().filter(|n| names.contains(&n.info.name.as_str())) {
+            n.accepts_pods = false;
+        }
+    }
+
+    /// Replaces the pass's options (e.g. a price ceiling for one simulation).
+    #[must_use]
+    pub fn with_options(mut self, options: SchedulerOptions) -> Self {
+        self.options = options;
+        self
     }
 
     /// Schedules `pods` in the given order (no largest-first sorting), as if they arrived one by one.
@@ -437,17 +501,7 @@ impl Scheduler {
             }
         }
         // Register every constraint up front so every pod is counted by every group that selects it.
-        for p in &pods {
-            for t in p
-                .topology
-                .iter()
-                .chain(&p.soft_spreads)
-                .chain(p.preferred_affinity.iter().map(|(_, t)| t))
-                .chain(p.preferred_anti_affinity.iter().map(|(_, t)| t))
-            {
-                self.topology.group(t);
-            }
-        }
+        self.register(&pods);
         for g in 0..self.topology.len() {
             if self.topology.is_hostname(g) {
                 if self.topology.kind(g) != TopologyKind::Affinity {
@@ -524,10 +578,10 @@ impl Scheduler {
         for n in 0..self.nodes.len() {
             if self.try_node(n, pod, cons, &groups, &inverse).is_ok() {
                 let node = &mut self.nodes[n];
-                node.input.available.sub_assign(&pod.requests);
-                node.input.host_ports.extend(pod.host_ports.iter().cloned());
+                node.available.sub_assign(&pod.requests);
+                node.host_ports.extend(pod.host_ports.iter().cloned());
                 node.pods.push(i);
-                let labels_of = node.input.labels.clone();
+                let labels_of = node.info.labels.clone();
                 self.topology.record(selecting, &groups, &|k| labels_of.get(k).cloned().map(Landed::Named));
                 return Ok(());
             }
@@ -674,21 +728,21 @@ impl Scheduler {
         inverse: &[usize],
     ) -> Result<(), String> {
         let node = &self.nodes[n];
-        if !node.input.accepts_pods {
+        if !node.accepts_pods {
             return Err("node does not accept pods".into());
         }
-        if !pod.requests.fits(&node.input.available) {
+        if !pod.requests.fits(&node.available) {
             return Err("insufficient resources".into());
         }
-        if let Some(t) = taints::untolerated(&node.input.taints, &pod.tolerations, cons.tolerate_prefer_no_schedule) {
+        if let Some(t) = taints::untolerated(&node.info.taints, &pod.tolerations, cons.tolerate_prefer_no_schedule) {
             return Err(format!("taint {}", t.key));
         }
-        node.reqs.compatible(&cons.requirements, false).map_err(|e| e.reason)?;
-        if pod.host_ports.iter().any(|p| node.input.host_ports.iter().any(|q| p.conflicts(q))) {
+        node.info.reqs.compatible(&cons.requirements, false).map_err(|e| e.reason)?;
+        if pod.host_ports.iter().any(|p| node.host_ports.iter().any(|q| p.conflicts(q))) {
             return Err("host port in use".into());
         }
         if !groups.is_empty() || !inverse.is_empty() {
-            let labels_of = &node.input.labels;
+            let labels_of = &node.info.labels;
             self.topology.check(pod, &cons.requirements, groups, inverse, &|k| match labels_of.get(k) {
                 Some(v) => Domain::Fixed(v.as_str()),
                 None => Domain::Missing,
@@ -853,7 +907,7 @@ impl Scheduler {
         }
         let options: Vec<u32> = match &pool.remaining {
             Some(rem) => pool.base.iter().copied().filter(|o| pool.types[*o as usize].it.capacity.fits(rem)).collect(),
-            None => pool.base.clone(),
+            None => pool.base.to_vec(),
         };
         if options.is_empty() {
             return Err(if pool.base.is_empty() {
@@ -955,7 +1009,7 @@ impl Scheduler {
     fn finish(self, pods: &[PodInfo], failed: Vec<usize>, errors: HashMap<usize, String>) -> Results {
         let mut reserved: HashMap<String, u32> = HashMap::new();
         for pool in &self.pools {
-            for te in &pool.types {
+            for te in pool.types.iter() {
                 for o in &te.it.offerings {
                     if let (Some(id), Some(cap)) = (&o.reservation_id, o.reservation_capacity) {
                         reserved.entry(id.clone()).or_insert(cap);
@@ -1030,7 +1084,7 @@ impl Scheduler {
             .iter()
             .filter(|n| !n.pods.is_empty())
             .map(|n| NodePlacement {
-                node: n.input.name.clone(),
+                node: n.info.name.clone(),
                 pods: n.pods.iter().map(|i| pods[*i].key.clone()).collect(),
             })
             .collect();
@@ -1111,7 +1165,16 @@ fn build_pool(input: PoolInput, daemons: &[DaemonPod]) -> Pool {
             remaining = Some(limit_mask(&limits, lim));
         }
     }
-    Pool { name: np.name().to_owned(), reqs, taints, types, base, packing: Packing::of(np), remaining, remaining_nodes }
+    Pool {
+        name: np.name().to_owned(),
+        reqs,
+        taints,
+        types: Arc::new(types),
+        base: Arc::new(base),
+        packing: Packing::of(np),
+        remaining,
+        remaining_nodes,
+    }
 }
 
 /// Marks the resources a pool's limits leave unmentioned as unlimited.

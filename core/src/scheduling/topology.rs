@@ -69,6 +69,15 @@ impl DomainFilter {
     }
 }
 
+/// A pod bound to a node, with what topology needs of the node.
+#[derive(Debug, Clone)]
+pub(crate) struct Bound {
+    pod: PodInfo,
+    node: String,
+    labels: BTreeMap<String, String>,
+    taints: Vec<Taint>,
+}
+
 /// Where a pod lands, for recording: a named domain, or the hostname of a claim opened in this pass.
 #[derive(Debug, Clone)]
 pub(crate) enum Landed {
@@ -98,8 +107,11 @@ pub(crate) struct Topology {
     index: HashMap<TopologyTerm, usize>,
     /// Known domains per key (zones, custom keys), for spread minimums.
     universe: HashMap<String, BTreeSet<String>>,
-    /// Bound pods with their node's labels and taints, counted into groups created later.
-    bound: Vec<(PodInfo, BTreeMap<String, String>, Vec<Taint>)>,
+    /// Bound pods with their node's labels and taints, counted into groups created later (shared by
+    /// clones).
+    bound: std::sync::Arc<Vec<Bound>>,
+    /// Nodes removed from this simulation: their pods no longer count.
+    removed: std::collections::HashSet<String>,
 }
 
 impl Topology {
@@ -108,7 +120,13 @@ impl Topology {
     }
 
     /// Registers a pod already running on a node with `node_labels` (hostname included).
-    pub(crate) fn add_bound(&mut self, pod: PodInfo, node_labels: BTreeMap<String, String>, node_taints: Vec<Taint>) {
+    pub(crate) fn add_bound(
+        &mut self,
+        pod: PodInfo,
+        node: &str,
+        node_labels: BTreeMap<String, String>,
+        node_taints: Vec<Taint>,
+    ) {
         for g in &mut self.groups {
             if let Some(d) = node_labels.get(&g.term.key)
                 && g.selects(&pod)
@@ -125,7 +143,37 @@ impl Topology {
                 *self.groups[gid].owners.entry(d.clone()).or_default() += 1;
             }
         }
-        self.bound.push((pod, node_labels, node_taints));
+        std::sync::Arc::make_mut(&mut self.bound).push(Bound {
+            pod,
+            node: node.to_owned(),
+            labels: node_labels,
+            taints: node_taints,
+        });
+    }
+
+    /// Forgets the pods bound to `node`, as if it were gone.
+    pub(crate) fn remove_node(&mut self, node: &str) {
+        if !self.removed.insert(node.to_owned()) {
+            return;
+        }
+        let bound = std::sync::Arc::clone(&self.bound);
+        for b in bound.iter().filter(|b| b.node == node) {
+            for g in &mut self.groups {
+                if let Some(d) = b.labels.get(&g.term.key) {
+                    if g.selects(&b.pod) && g.counts_node(&b.taints) {
+                        if let Some(c) = g.counts.get_mut(d) {
+                            *c -= 1;
+                        }
+                        g.total -= 1;
+                    }
+                    if b.pod.topology.iter().any(|t| t.kind == TopologyKind::AntiAffinity && *t == g.term)
+                        && let Some(c) = g.owners.get_mut(d)
+                    {
+                        *c -= 1;
+                    }
+                }
+            }
+        }
     }
 
     /// The group of a term, created (and counted over bound pods) on first use.
@@ -143,10 +191,10 @@ impl Topology {
             any_claim_owner: false,
             tolerations: term.honor_taints.as_deref().map(|t| serde_json::from_str(t).unwrap_or_default()),
         };
-        for (pod, node_labels, node_taints) in &self.bound {
-            if let Some(d) = node_labels.get(&term.key)
-                && g.selects(pod)
-                && g.counts_node(node_taints)
+        for b in self.bound.iter().filter(|b| !self.removed.contains(&b.node)) {
+            if let Some(d) = b.labels.get(&term.key)
+                && g.selects(&b.pod)
+                && g.counts_node(&b.taints)
             {
                 *g.counts.entry(d.clone()).or_default() += 1;
                 g.total += 1;
