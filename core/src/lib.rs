@@ -16,6 +16,8 @@
 //! - [`clock`]: the clock every controller takes, real or virtual;
 //! - [`settings`]: the operator's settings, layered defaults < file < environment < flags.
 //! - [`state`]: the cluster mirror every decision reads;
+//! - [`disruption`]: the disruption ladder (emptiness, drift, multi- and single-node consolidation) and
+//!   its command queue;
 //! - [`provisioning`]: pending pods into NodeClaims (batching, one scheduling pass, nominations);
 //! - [`snapshot`]: cluster snapshots (Kubernetes objects and instance catalogs) read from YAML files.
 //!
@@ -27,6 +29,7 @@
 pub mod api;
 pub mod clock;
 pub mod cloud;
+pub mod disruption;
 pub mod provisioning;
 pub mod resources;
 pub mod scheduling;

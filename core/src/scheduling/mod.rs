@@ -20,7 +20,7 @@ pub use pod::{
 pub use requirements::{Incompatible, Requirement, Requirements};
 pub use scheduler::{
     ClaimPlan, ExistingNode, Launch, NodePlacement, Packing, PoolInput, Results, Scheduler, SchedulerOptions,
-    Unschedulable,
+    Unschedulable, offering_ok,
 };
 
 #[cfg(test)]

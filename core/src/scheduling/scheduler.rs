@@ -108,6 +108,8 @@ pub struct ClaimPlan {
     pub pods: Vec<String>,
     /// Instance types it may launch, cheapest first.
     pub instance_types: Vec<Arc<str>>,
+    /// The same instance types, with their offerings (sorted by price).
+    pub types: Vec<Arc<InstanceType>>,
     /// Its requirements: the pool's, the pods', and the topology's (see
     /// [`ClaimPlan::node_claim_requirements`] for the full set a NodeClaim carries).
     pub requirements: Requirements,
@@ -171,7 +173,7 @@ impl Results {
 #[derive(Debug, Clone)]
 struct TypeEntry {
     name: Arc<str>,
-    it: InstanceType,
+    it: Arc<InstanceType>,
     reqs: Requirements,
     avail: Resources,
     overhead: Resources,
@@ -294,7 +296,8 @@ impl<'a> OfferFilter<'a> {
     }
 }
 
-fn offering_ok(o: &Offering, reqs: &Requirements) -> bool {
+/// Whether an offering is available and allowed by the zone, capacity-type and reservation requirements.
+pub fn offering_ok(o: &Offering, reqs: &Requirements) -> bool {
     o.available
         && reqs.get(labels::ZONE).is_none_or(|r| r.has(&o.zone))
         && reqs.get(labels::CAPACITY_TYPE).is_none_or(|r| r.has(o.capacity_type.as_str()))
@@ -455,6 +458,25 @@ impl Scheduler {
     pub fn block_nodes(&mut self, names: &[&str]) {
         for n in self.nodes.iter_mut().filter(|n| names.contains(&n.info.name.as_str())) {
             n.accepts_pods = false;
+        }
+    }
+
+    /// Narrows every pool to `req` (e.g. `karpenter.sh/capacity-type In [spot]` to pin replacements).
+    pub fn restrict_pools(&mut self, req: Requirement) {
+        for pool in &mut self.pools {
+            pool.reqs.add(req.clone());
+            let reqs = pool.reqs.clone();
+            let types = Arc::clone(&pool.types);
+            let base: Vec<u32> = pool
+                .base
+                .iter()
+                .copied()
+                .filter(|o| {
+                    let te = &types[*o as usize];
+                    te.reqs.intersects(&reqs).is_ok() && te.it.offerings.iter().any(|of| offering_ok(of, &reqs))
+                })
+                .collect();
+            pool.base = Arc::new(base);
         }
     }
 
@@ -1022,7 +1044,7 @@ impl Scheduler {
         for claim in &self.claims {
             let pool = &self.pools[claim.pool];
             let mut reqs = claim.reqs.clone();
-            let (launch, names, worst_case_price, daemon_overhead) = {
+            let (launch, names, types, worst_case_price, daemon_overhead) = {
                 let filter = OfferFilter::new(&reqs, ceiling);
                 let usable = |o: &Offering, reserved: &HashMap<String, u32>| {
                     filter.ok(o)
@@ -1051,12 +1073,14 @@ impl Scheduler {
                     it.offerings.iter().find(|of| usable(of, &reserved)).map(|of| (it, of.clone()))
                 });
                 let names: Vec<Arc<str>> = priced.iter().map(|(_, o)| pool.types[*o as usize].name.clone()).collect();
+                let types: Vec<Arc<InstanceType>> =
+                    priced.iter().map(|(_, o)| pool.types[*o as usize].it.clone()).collect();
                 let worst = priced
                     .iter()
                     .filter_map(|(_, o)| worst_launch_price(&pool.types[*o as usize].it, &filter))
                     .fold(0.0_f64, f64::max);
                 let overhead = priced.first().map(|(_, o)| pool.types[*o as usize].overhead).unwrap_or_default();
-                (launch.map(|(it, of)| (it.name.clone(), of)), names, worst, overhead)
+                (launch.map(|(it, of)| (it.name.clone(), of)), names, types, worst, overhead)
             };
             let launch = launch.map(|(name, of)| {
                 if let Some(id) = &of.reservation_id {
@@ -1072,6 +1096,7 @@ impl Scheduler {
                 pool: pool.name.clone(),
                 pods: claim.pods.iter().map(|i| pods[*i].key.clone()).collect(),
                 instance_types: names,
+                types,
                 requirements: reqs,
                 requests: claim.requests,
                 daemon_overhead,
@@ -1144,7 +1169,7 @@ fn build_pool(input: PoolInput, daemons: &[DaemonPod]) -> Pool {
         if usable {
             base.push(types.len() as u32);
         }
-        types.push(TypeEntry { name: Arc::from(it.name.as_str()), it, reqs: treqs, avail, overhead });
+        types.push(TypeEntry { name: Arc::from(it.name.as_str()), it: Arc::new(it), reqs: treqs, avail, overhead });
     }
     // Cheapest first, so claims carry their options in price order.
     base.sort_by(|a, b| {

@@ -1,0 +1,347 @@
+//! Which nodes may be disrupted, and at what cost: the gates of the disruption ladder.
+
+use std::time::Duration;
+
+use jiff::Timestamp;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+
+use crate::api::{ConditionStatus, DisruptionReason, NodePool, condition_types, labels, parse_duration};
+use crate::clock;
+use crate::cloud::{CapacityType, InstanceType};
+use crate::scheduling::{Requirements, Selector, taints};
+use crate::state::{ClusterState, StateNode, StatePod};
+
+/// The drift reason a provider's lease reclaim uses.
+pub const ON_DEMAND_LEASE_EXPIRED: &str = "OnDemandLeaseExpired";
+
+/// A node that may be disrupted.
+#[derive(Debug, Clone)]
+pub struct Candidate {
+    /// Index into [`ClusterState::nodes`].
+    pub index: usize,
+    /// The node's name.
+    pub node: String,
+    /// The claim's name.
+    pub claim: String,
+    /// The NodePool.
+    pub pool: String,
+    /// The price per hour of its own offering (instance type, zone, capacity type).
+    pub price: f64,
+    /// Its capacity type.
+    pub capacity_type: Option<CapacityType>,
+    /// Its instance type.
+    pub instance_type: String,
+    /// Indexes into [`ClusterState::pods`] of the pods that would have to move.
+    pub pods: Vec<usize>,
+    /// The cost of moving them (pod count weighted by priority and `karpenter.sh/disruption-cost`, scaled
+    /// by the node's remaining lifetime).
+    pub disruption_cost: f64,
+    /// Why it drifted, if it did.
+    pub drift: Option<String>,
+    /// Whether `consolidateAfter` has elapsed since its last pod event.
+    pub consolidatable: bool,
+    /// Why consolidation may not consider it (policy, `consolidateAfter`), if anything.
+    pub consolidation_block: Option<String>,
+}
+
+impl Candidate {
+    /// Whether no pod would have to move.
+    pub fn is_empty(&self) -> bool {
+        self.pods.is_empty()
+    }
+
+    /// Savings per unit of disruption: price ÷ disruption cost.
+    pub fn savings_ratio(&self) -> f64 {
+        self.price / self.disruption_cost.max(1e-9)
+    }
+
+    /// Whether its drift is an expired on-demand lease.
+    pub fn lease_expired(&self) -> bool {
+        self.drift.as_deref() == Some(ON_DEMAND_LEASE_EXPIRED)
+    }
+}
+
+/// A node that was considered and left alone, and why.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Blocked {
+    /// The node.
+    pub node: String,
+    /// Why, for a person.
+    pub reason: String,
+}
+
+/// A pod's eviction cost: 1, plus its `karpenter.sh/disruption-cost` (scaled by 2^-27) and its priority
+/// (scaled by 2^-25), clamped to [-10, 10].
+pub fn pod_cost(pod: &StatePod) -> f64 {
+    let mut cost = 1.0;
+    if let Some(v) = pod.info.annotations.get(labels::DISRUPTION_COST) {
+        match v.trim().parse::<i32>() {
+            Ok(c) => cost += f64::from(c) / 2f64.powi(27),
+            Err(_) => tracing::warn!(pod = %pod.info.key, value = %v, "failed parsing disruption cost"),
+        }
+    }
+    cost += f64::from(pod.info.priority) / 2f64.powi(25);
+    cost.clamp(-10.0, 10.0)
+}
+
+/// Whether the pod moves when its node goes: not finished, not a DaemonSet's, not a static pod, and not
+/// tolerating the disruption taint.
+pub fn reschedulable(pod: &StatePod) -> bool {
+    let static_pod = pod.pod.metadata.owner_references.iter().flatten().any(|o| o.kind == "Node");
+    let disrupted = taints::taint(labels::DISRUPTED_TAINT, None, "NoSchedule");
+    !pod.terminal
+        && !pod.info.daemon
+        && !static_pod
+        && !pod.info.tolerations.iter().any(|t| taints::tolerates(t, &disrupted))
+}
+
+/// Whether a `karpenter.sh/do-not-disrupt` annotation on the pod is active at `now` (`"true"`, or a
+/// duration since the pod started that has not elapsed).
+pub fn do_not_disrupt(pod: &StatePod, now: Timestamp) -> bool {
+    let Some(v) = pod.info.annotations.get(labels::DO_NOT_DISRUPT) else { return false };
+    if v == "true" {
+        return true;
+    }
+    let Ok(d) = parse_duration(v) else { return false };
+    let started = pod
+        .pod
+        .status
+        .as_ref()
+        .and_then(|s| s.start_time.as_ref())
+        .map(|t| t.0)
+        .or_else(|| pod.pod.metadata.creation_timestamp.as_ref().map(|t| t.0));
+    started.is_none_or(|s| clock::add(s, d) > now)
+}
+
+fn resolve(value: &IntOrString, total: i32) -> i32 {
+    match value {
+        IntOrString::Int(i) => *i,
+        IntOrString::String(s) => {
+            let pct: i32 = s.trim_end_matches('%').parse().unwrap_or(0);
+            (total * pct + 99) / 100
+        }
+    }
+}
+
+/// How many more pods `pdb` allows to be evicted: its status when present, otherwise computed from its
+/// spec against the pods it selects.
+pub fn pdb_allowed(pdb: &PodDisruptionBudget, state: &ClusterState) -> i32 {
+    if let Some(status) = &pdb.status
+        && status.observed_generation.is_some()
+    {
+        return status.disruptions_allowed;
+    }
+    let ns = pdb.metadata.namespace.as_deref().unwrap_or("default");
+    let selector = Selector::from_label_selector(pdb.spec.as_ref().and_then(|s| s.selector.as_ref()));
+    let selected: Vec<&StatePod> = state
+        .pods
+        .iter()
+        .filter(|p| p.info.namespace == ns && !p.terminal && selector.matches(&p.info.labels))
+        .collect();
+    let expected = selected.len() as i32;
+    let healthy = selected.iter().filter(|p| p.info.node_name.is_some()).count() as i32;
+    let spec = pdb.spec.as_ref();
+    if let Some(max) = spec.and_then(|s| s.max_unavailable.as_ref()) {
+        resolve(max, expected) - (expected - healthy)
+    } else if let Some(min) = spec.and_then(|s| s.min_available.as_ref()) {
+        healthy - resolve(min, expected)
+    } else {
+        1
+    }
+}
+
+/// The first PDB that forbids evicting one of `pods`, by `namespace/name`.
+pub fn blocking_pdb(pods: &[usize], state: &ClusterState, allowed: &[(usize, i32)]) -> Option<String> {
+    for &i in pods {
+        let pod = &state.pods[i];
+        for (pi, left) in allowed {
+            let pdb = &state.pdbs[*pi];
+            let ns = pdb.metadata.namespace.as_deref().unwrap_or("default");
+            if ns != pod.info.namespace || *left >= 1 {
+                continue;
+            }
+            let selector = Selector::from_label_selector(pdb.spec.as_ref().and_then(|s| s.selector.as_ref()));
+            if selector.matches(&pod.info.labels) {
+                return Some(format!("{ns}/{}", pdb.metadata.name.as_deref().unwrap_or_default()));
+            }
+        }
+    }
+    None
+}
+
+/// Why a node drifted from its pool, if it did: the claim's `Drifted` condition (set by the provider or a
+/// lease expiry), a changed template hash, or requirements the node no longer satisfies. Behavioural
+/// fields (weight, limits, disruption) never drift.
+pub fn drift_reason(node: &StateNode, pool: &NodePool) -> Option<String> {
+    let claim = node.claim.as_ref()?;
+    if let Some(c) = claim.condition(condition_types::DRIFTED)
+        && c.status == ConditionStatus::True
+    {
+        return Some(if c.reason.is_empty() { "Drifted".into() } else { c.reason.clone() });
+    }
+    if !node.inferred_claim
+        && let Some(hash) = claim.annotation(labels::NODEPOOL_HASH)
+        && hash != pool.template_hash()
+    {
+        return Some("NodePoolDrifted".into());
+    }
+    let reqs = Requirements::from_api(&pool.spec.template.spec.requirements);
+    for r in reqs.iter() {
+        let ok = match node.labels.get(r.key()) {
+            Some(v) => r.has(v),
+            None => r.matches(None) || labels::is_well_known(r.key()),
+        };
+        if !ok {
+            return Some("RequirementsDrifted".into());
+        }
+    }
+    None
+}
+
+/// When the node last had a pod land or leave: the claim's `lastPodEventTime`, else when the claim (or
+/// node) was created.
+pub fn last_pod_event(node: &StateNode) -> Option<Timestamp> {
+    let claim = node.claim.as_ref();
+    claim
+        .and_then(|c| c.status.as_ref().and_then(|s| s.last_pod_event_time))
+        .or_else(|| claim.and_then(|c| c.metadata.creation_timestamp.as_ref().map(|t| t.0)))
+        .or_else(|| node.node.as_ref().and_then(|n| n.metadata.creation_timestamp.as_ref().map(|t| t.0)))
+}
+
+/// The remaining fraction of a node's life under `expireAfter` (1 when it never expires).
+fn lifetime_remaining(node: &StateNode, now: Timestamp) -> f64 {
+    let Some(claim) = node.claim.as_ref() else { return 1.0 };
+    let Some(expire) = claim.spec.expire_after.duration() else { return 1.0 };
+    let Some(created) = claim.metadata.creation_timestamp.as_ref().map(|t| t.0) else { return 1.0 };
+    let age = clock::since(now, created);
+    if expire.is_zero() {
+        return 0.0;
+    }
+    (1.0 - age.as_secs_f64() / expire.as_secs_f64()).clamp(0.0, 1.0)
+}
+
+/// Every managed, initialized node with the gates that apply to all methods checked; the rest are
+/// returned as blocked with their reason.
+pub fn candidates(
+    state: &ClusterState,
+    types_for: &dyn Fn(&NodePool) -> Vec<InstanceType>,
+    now: Timestamp,
+) -> (Vec<Candidate>, Vec<Blocked>) {
+    let pdb_allowed: Vec<(usize, i32)> =
+        state.pdbs.iter().enumerate().map(|(i, p)| (i, pdb_allowed(p, state))).collect();
+    let mut out = Vec::new();
+    let mut blocked = Vec::new();
+    let mut types_cache: std::collections::HashMap<String, Vec<InstanceType>> = std::collections::HashMap::new();
+    for (index, node) in state.nodes.iter().enumerate() {
+        let Some(pool_name) = node.pool.as_deref() else { continue };
+        let Some(claim) = node.claim.as_ref() else { continue };
+        let block = |reason: String| Blocked { node: node.name.clone(), reason };
+        let Some(pool) = state.pool(pool_name) else {
+            blocked.push(block(format!("NodePool {pool_name} does not exist")));
+            continue;
+        };
+        if node.deleting {
+            continue;
+        }
+        if !node.initialized {
+            blocked.push(block("node is not initialized".into()));
+            continue;
+        }
+        if node
+            .node
+            .as_ref()
+            .and_then(|n| n.metadata.annotations.as_ref())
+            .and_then(|a| a.get(labels::DO_NOT_DISRUPT))
+            .map(String::as_str)
+            == Some("true")
+        {
+            blocked.push(block(format!("node is annotated {}", labels::DO_NOT_DISRUPT)));
+            continue;
+        }
+        let pods: Vec<usize> = node.pods.iter().copied().filter(|i| reschedulable(&state.pods[*i])).collect();
+        let drift = drift_reason(node, pool);
+        // A claim with a termination grace period may drift past blocking pods.
+        let forceful_drift = drift.is_some() && claim.spec.termination_grace_period.is_some();
+        if !forceful_drift {
+            if let Some(p) = pods.iter().map(|i| &state.pods[*i]).find(|p| do_not_disrupt(p, now)) {
+                blocked.push(block(format!("pod {} has {}", p.info.key, labels::DO_NOT_DISRUPT)));
+                continue;
+            }
+            if let Some(pdb) = blocking_pdb(&pods, state, &pdb_allowed) {
+                blocked.push(block(format!("pdb {pdb} prevents pod evictions")));
+                continue;
+            }
+        }
+        let types = types_cache.entry(pool_name.to_owned()).or_insert_with(|| types_for(pool));
+        let Some(price) = node.price(types) else {
+            blocked.push(block("its offering has no known price".into()));
+            continue;
+        };
+        let disruption_cost =
+            pods.iter().map(|i| pod_cost(&state.pods[*i])).sum::<f64>() * lifetime_remaining(node, now);
+        let consolidation_block = match pool.spec.disruption.consolidate_after.duration() {
+            None => Some("consolidation is disabled for its NodePool (consolidateAfter: Never)".to_owned()),
+            Some(after) => match last_pod_event(node) {
+                Some(t) if clock::since(now, t) < after => Some(format!(
+                    "a pod event {} ago is within consolidateAfter {}",
+                    crate::api::format_duration(Duration::from_secs(clock::since(now, t).as_secs())),
+                    crate::api::format_duration(after)
+                )),
+                _ => None,
+            },
+        };
+        out.push(Candidate {
+            index,
+            node: node.name.clone(),
+            claim: claim.name().to_owned(),
+            pool: pool_name.to_owned(),
+            price,
+            capacity_type: node.capacity_type(),
+            instance_type: node.label(labels::INSTANCE_TYPE).unwrap_or_default().to_owned(),
+            pods,
+            disruption_cost,
+            drift,
+            consolidatable: consolidation_block.is_none(),
+            consolidation_block,
+        });
+    }
+    (out, blocked)
+}
+
+/// Per-pool disruption allowances for one reason at `now`.
+pub fn allowances(
+    state: &ClusterState,
+    reason: DisruptionReason,
+    now: Timestamp,
+) -> Vec<(String, u64, Option<String>)> {
+    state
+        .pools
+        .iter()
+        .map(|pool| {
+            let nodes: Vec<&StateNode> = state.pool_nodes(pool.name()).collect();
+            let total = nodes.len() as u64;
+            let deleting = nodes.iter().filter(|n| n.deleting).count() as u64;
+            let not_ready = nodes.iter().filter(|n| !n.ready && !n.deleting).count() as u64;
+            let allowed = pool.allowed_disruptions(reason, now, total, deleting, not_ready).unwrap_or(0);
+            let until = (allowed == 0).then(|| budget_until(pool, reason, now)).flatten();
+            (pool.name().to_owned(), allowed, until)
+        })
+        .collect()
+}
+
+/// When the scheduled budget holding `reason` at zero ends, as `HH:MMZ`.
+fn budget_until(pool: &NodePool, reason: DisruptionReason, now: Timestamp) -> Option<String> {
+    pool.spec.disruption.budgets.iter().filter(|b| b.applies_to(reason) && b.schedule.is_some()).find_map(|b| {
+        let (Some(schedule), Some(duration)) = (&b.schedule, &b.duration) else { return None };
+        if !b.is_active(now).unwrap_or(false) {
+            return None;
+        }
+        let cron = crate::api::parse_schedule(schedule).ok()?;
+        let start = cron
+            .find_previous_occurrence(&clock::add(now, Duration::from_secs(1)).to_zoned(jiff::tz::TimeZone::UTC), true)
+            .ok()?;
+        let end = clock::add(start.timestamp(), duration.0);
+        Some(end.to_zoned(jiff::tz::TimeZone::UTC).strftime("%H:%MZ").to_string())
+    })
+}

@@ -1,0 +1,597 @@
+//! The backwards simulation and the methods built on it.
+
+use std::collections::HashMap;
+use std::time::Instant;
+
+use super::candidates::{Blocked, Candidate, allowances};
+use super::{CandidateRef, Command, Decision, Inputs, Replacement};
+use crate::api::{ConsolidationPolicy, DisruptionReason, labels};
+use crate::cloud::{CapacityType, InstanceType};
+use crate::provisioning;
+use crate::scheduling::{ClaimPlan, PodInfo, Requirement, Requirements, Results, Scheduler, offering_ok};
+
+/// Balanced consolidation approves a move whose savings share is at least `1/K` of its disruption share.
+const BALANCED_K: f64 = 2.0;
+/// Multi-node consolidation considers at most this many candidates.
+const MAX_MULTI_CANDIDATES: usize = 100;
+
+/// The worst price of the first capacity type (reserved, spot, on-demand) with a compatible offering.
+fn worst_launch_price(it: &InstanceType, reqs: &Requirements) -> Option<f64> {
+    CapacityType::ALL.iter().find_map(|ct| {
+        it.offerings
+            .iter()
+            .filter(|o| o.capacity_type == *ct && offering_ok(o, reqs))
+            .map(|o| o.price)
+            .max_by(f64::total_cmp)
+    })
+}
+
+fn worst_capacity_type(it: &InstanceType, reqs: &Requirements) -> Option<CapacityType> {
+    CapacityType::ALL.into_iter().find(|ct| it.offerings.iter().any(|o| o.capacity_type == *ct && offering_ok(o, reqs)))
+}
+
+/// Runs consolidation simulations against one shared base scheduler.
+pub struct Simulator<'a> {
+    inputs: &'a Inputs<'a>,
+    /// Every node, pods registered: the base every simulation clones.
+    base: Scheduler,
+    /// As `base`, with nodes inside their own `consolidateAfter` taking no pods from others.
+    settled: Scheduler,
+    pods: Vec<PodInfo>,
+    pool_cost: HashMap<String, f64>,
+    pool_disruption: HashMap<String, f64>,
+    split_attempts: u32,
+}
+
+impl<'a> Simulator<'a> {
+    /// Prepares the shared base for a pass over `cands`.
+    pub fn new(inputs: &'a Inputs<'a>, cands: &[Candidate]) -> Self {
+        let state = inputs.state;
+        let nodes = state.nodes.iter().map(|n| n.as_existing()).collect();
+        let mut base = Scheduler::new(
+            provisioning::pool_inputs(state, inputs.types_for),
+            nodes,
+            state.bound_pods(),
+            &state.daemons,
+            provisioning::scheduler_options(inputs.settings),
+        );
+        let pods: Vec<PodInfo> = state.pods.iter().map(|p| p.info.clone()).collect();
+        let moving: Vec<PodInfo> = cands.iter().flat_map(|c| c.pods.iter().map(|i| pods[*i].clone())).collect();
+        base.register(&moving);
+        let mut settled = base.clone();
+        let unsettled: Vec<&str> = cands.iter().filter(|c| !c.consolidatable).map(|c| c.node.as_str()).collect();
+        settled.block_nodes(&unsettled);
+        let mut pool_cost = HashMap::new();
+        let mut pool_disruption = HashMap::new();
+        for c in cands {
+            *pool_cost.entry(c.pool.clone()).or_insert(0.0) += c.price;
+            *pool_disruption.entry(c.pool.clone()).or_insert(0.0) += c.disruption_cost;
+        }
+        Self { inputs, base, settled, pods, pool_cost, pool_disruption, split_attempts: 0 }
+    }
+
+    fn settings(&self) -> &'a crate::settings::Settings {
+        self.inputs.settings
+    }
+
+    /// Reschedules the candidates' pods without the candidates.
+    fn simulate(&self, cands: &[&Candidate], consolidating: bool, spot_only: bool, ceiling: Option<f64>) -> Results {
+        let names: Vec<&str> = cands.iter().map(|c| c.node.as_str()).collect();
+        let mut sim = if consolidating { self.settled.without_nodes(&names) } else { self.base.without_nodes(&names) };
+        if spot_only {
+            sim.restrict_pools(Requirement::is_in(labels::CAPACITY_TYPE, [CapacityType::Spot.as_str()]));
+        }
+        if ceiling.is_some() {
+            let mut options = provisioning::scheduler_options(self.settings());
+            options.price_ceiling = ceiling;
+            sim = sim.with_options(options);
+        }
+        let pods: Vec<PodInfo> = cands.iter().flat_map(|c| c.pods.iter().map(|i| self.pods[*i].clone())).collect();
+        sim.solve(pods)
+    }
+
+    fn refs(cands: &[&Candidate]) -> Vec<CandidateRef> {
+        cands
+            .iter()
+            .map(|c| CandidateRef { node: c.node.clone(), node_claim: c.claim.clone(), price: c.price })
+            .collect()
+    }
+
+    /// Emptiness: delete consolidatable nodes with no pods to move, within the `Empty` budget.
+    pub fn emptiness(&mut self, cands: &[Candidate]) -> (Vec<Command>, Vec<Blocked>) {
+        let mut budget: HashMap<String, (u64, Option<String>)> =
+            allowances(self.inputs.state, DisruptionReason::Empty, self.inputs.now)
+                .into_iter()
+                .map(|(p, a, u)| (p, (a, u)))
+                .collect();
+        let mut chosen: Vec<&Candidate> = Vec::new();
+        let mut notes = Vec::new();
+        for c in cands.iter().filter(|c| c.is_empty() && c.consolidatable && c.drift.is_none()) {
+            match budget.get_mut(&c.pool) {
+                Some((left, _)) if *left > 0 => {
+                    *left -= 1;
+                    chosen.push(c);
+                }
+                Some((_, until)) => notes.push(budget_note(c, DisruptionReason::Empty, until.as_deref())),
+                None => {}
+            }
+        }
+        if chosen.is_empty() {
+            return (Vec::new(), notes);
+        }
+        let savings = chosen.iter().map(|c| c.price).sum();
+        let command = Command {
+            decision: Decision::Delete,
+            reason: DisruptionReason::Empty,
+            candidates: Self::refs(&chosen),
+            replacements: Vec::new(),
+            savings_per_hour: savings,
+            explanation: String::new(),
+        };
+        (vec![command], notes)
+    }
+
+    /// Drift: replace drifted nodes, expired on-demand leases first (their replacements pinned to spot),
+    /// then empty ones, within the `Drifted` budget. `static_pools` selects the pools with fixed replicas.
+    pub fn drift(&mut self, cands: &[Candidate], static_pools: bool) -> (Vec<Command>, Vec<Blocked>) {
+        let state = self.inputs.state;
+        let mut drifted: Vec<&Candidate> = cands
+            .iter()
+            .filter(|c| c.drift.is_some())
+            .filter(|c| state.pool(&c.pool).is_some_and(|p| p.spec.replicas.is_some() == static_pools))
+            .collect();
+        if drifted.is_empty() {
+            return (Vec::new(), Vec::new());
+        }
+        drifted.sort_by_key(|c| (!c.lease_expired(), !c.is_empty()));
+        let mut budget: HashMap<String, (u64, Option<String>)> =
+            allowances(state, DisruptionReason::Drifted, self.inputs.now)
+                .into_iter()
+                .map(|(p, a, u)| (p, (a, u)))
+                .collect();
+        let mut notes = Vec::new();
+        let mut empties = Vec::new();
+        for c in drifted {
+            let Some((left, until)) = budget.get_mut(&c.pool) else { continue };
+            if *left == 0 {
+                notes.push(budget_note(c, DisruptionReason::Drifted, until.as_deref()));
+                continue;
+            }
+            if c.is_empty() {
+                *left -= 1;
+                empties.push(c);
+                continue;
+            }
+            if !empties.is_empty() {
+                break;
+            }
+            let spot_only = c.lease_expired();
+            let r = self.simulate(&[c], false, spot_only, None);
+            if let Some(u) = r.unschedulable.first() {
+                let reason = if spot_only {
+                    format!(
+                        "no spot capacity to reclaim its on-demand lease, keeping the on-demand node ({})",
+                        u.reason
+                    )
+                } else {
+                    format!(
+                        "drifted ({}), but pod {} cannot be rescheduled: {}",
+                        c.drift.as_deref().unwrap_or(""),
+                        u.pod,
+                        u.reason
+                    )
+                };
+                notes.push(Blocked { node: c.node.clone(), reason });
+                continue;
+            }
+            let replacements: Vec<Replacement> = r.claims.iter().map(|p| replacement(p, None, None)).collect();
+            let worst: f64 = replacements.iter().map(|x| x.worst_case_price).sum();
+            let command = Command {
+                decision: if replacements.is_empty() { Decision::Delete } else { Decision::Replace },
+                reason: DisruptionReason::Drifted,
+                candidates: Self::refs(&[c]),
+                replacements,
+                savings_per_hour: c.price - worst,
+                explanation: format!("drifted: {}", c.drift.as_deref().unwrap_or("")),
+            };
+            return (vec![command], notes);
+        }
+        if empties.is_empty() {
+            return (Vec::new(), notes);
+        }
+        let command = Command {
+            decision: Decision::Delete,
+            reason: DisruptionReason::Drifted,
+            savings_per_hour: empties.iter().map(|c| c.price).sum(),
+            candidates: Self::refs(&empties),
+            replacements: Vec::new(),
+            explanation: "drifted and empty".into(),
+        };
+        (vec![command], notes)
+    }
+
+    /// The candidates consolidation may consider, sorted by savings per unit of disruption, with notes
+    /// for the others.
+    fn consolidation_candidates<'c>(&self, cands: &'c [Candidate]) -> (Vec<&'c Candidate>, Vec<Blocked>) {
+        let state = self.inputs.state;
+        let mut notes = Vec::new();
+        let mut out = Vec::new();
+        for c in cands {
+            let Some(pool) = state.pool(&c.pool) else { continue };
+            if let Some(why) = &c.consolidation_block {
+                notes.push(Blocked { node: c.node.clone(), reason: why.clone() });
+            } else if pool.spec.disruption.consolidation_policy == ConsolidationPolicy::WhenEmpty {
+                if !c.is_empty() {
+                    notes.push(Blocked {
+                        node: c.node.clone(),
+                        reason: "consolidationPolicy WhenEmpty only removes empty nodes".into(),
+                    });
+                }
+            } else {
+                out.push(c);
+            }
+        }
+        out.sort_by(|a, b| b.savings_ratio().total_cmp(&a.savings_ratio()).then_with(|| a.node.cmp(&b.node)));
+        (out, notes)
+    }
+
+    /// Multi-node consolidation: the largest prefix (at least two, at most 100) of the sorted candidates
+    /// that can go at once, with at most one replacement, found by binary search.
+    pub fn multi_node(&mut self, cands: &[Candidate], started: Instant) -> (Vec<Command>, Vec<Blocked>) {
+        let (sorted, notes) = self.consolidation_candidates(cands);
+        let mut budget: HashMap<String, u64> =
+            allowances(self.inputs.state, DisruptionReason::Underutilized, self.inputs.now)
+                .into_iter()
+                .map(|(p, a, _)| (p, a))
+                .collect();
+        let mut pool: Vec<&Candidate> = Vec::new();
+        for c in sorted {
+            if let Some(left) = budget.get_mut(&c.pool)
+                && *left > 0
+            {
+                *left -= 1;
+                pool.push(c);
+            }
+            if pool.len() == MAX_MULTI_CANDIDATES {
+                break;
+            }
+        }
+        if pool.len() < 2 {
+            return (Vec::new(), notes);
+        }
+        let (mut lo, mut hi) = (2, pool.len());
+        let mut best: Option<Command> = None;
+        while lo <= hi {
+            if started.elapsed() > self.settings().multi_node_consolidation_timeout {
+                break;
+            }
+            let mid = (lo + hi) / 2;
+            match self.consolidate(&pool[..mid], true) {
+                Ok(cmd) if cmd.replacements.len() <= 1 => {
+                    best = Some(cmd);
+                    lo = mid + 1;
+                }
+                _ => hi = mid - 1,
+            }
+        }
+        (best.into_iter().collect(), notes)
+    }
+
+    /// Single-node consolidation: each candidate in turn, the first that can be deleted or replaced.
+    pub fn single_node(&mut self, cands: &[Candidate], started: Instant) -> (Vec<Command>, Vec<Blocked>) {
+        let (sorted, mut notes) = self.consolidation_candidates(cands);
+        let budget: HashMap<String, (u64, Option<String>)> =
+            allowances(self.inputs.state, DisruptionReason::Underutilized, self.inputs.now)
+                .into_iter()
+                .map(|(p, a, u)| (p, (a, u)))
+                .collect();
+        let mut out_of_time = false;
+        for c in sorted {
+            if out_of_time || started.elapsed() > self.settings().single_node_consolidation_timeout {
+                out_of_time = true;
+                notes.push(Blocked {
+                    node: c.node.clone(),
+                    reason: "inconclusive: consolidation ran out of time this pass; a later pass retries".into(),
+                });
+                continue;
+            }
+            match budget.get(&c.pool) {
+                Some((0, until)) => {
+                    notes.push(budget_note(c, DisruptionReason::Underutilized, until.as_deref()));
+                    continue;
+                }
+                None => continue,
+                Some(_) => {}
+            }
+            match self.consolidate(&[c], false) {
+                Ok(cmd) => return (vec![cmd], notes),
+                Err(reason) => notes.push(Blocked { node: c.node.clone(), reason }),
+            }
+        }
+        (Vec::new(), notes)
+    }
+
+    /// Whether `cands` can go: delete when their pods fit the rest of the fleet, replace when one cheaper
+    /// claim (or, with the split fallback, several under the candidate's price) takes what does not.
+    pub fn consolidate(&mut self, cands: &[&Candidate], multi: bool) -> Result<Command, String> {
+        let price: f64 = cands.iter().map(|c| c.price).sum();
+        let r = self.simulate(cands, true, false, None);
+        if let Some(u) = r.unschedulable.first() {
+            return Err(format!("pod {} cannot be rescheduled: {}", u.pod, u.reason));
+        }
+        let outcome = match r.claims.len() {
+            0 => Ok(Command {
+                decision: Decision::Delete,
+                reason: DisruptionReason::Underutilized,
+                candidates: Self::refs(cands),
+                replacements: Vec::new(),
+                savings_per_hour: price,
+                explanation: "its pods fit on the rest of the fleet".into(),
+            }),
+            1 => self.replace(cands, &r.claims[0], price, multi),
+            n => Err(format!("its pods would need {n} new nodes; one node is replaced by at most one")),
+        };
+        match outcome {
+            Ok(command) => self.balanced(cands, command),
+            // Neither a delete nor a 1:1 replace: the split fallback may still find several cheaper nodes.
+            Err(reason) => match self.split(cands, price, multi)? {
+                Some(command) => self.balanced(cands, command),
+                None => Err(reason),
+            },
+        }
+    }
+
+    fn replace(&self, cands: &[&Candidate], plan: &ClaimPlan, price: f64, multi: bool) -> Result<Command, String> {
+        let s = self.settings();
+        let reqs = &plan.requirements;
+        let mut kept: Vec<usize> = (0..plan.types.len())
+            .filter(|&i| worst_launch_price(&plan.types[i], reqs).is_some_and(|w| w < price))
+            .collect();
+        let all_spot = cands.iter().all(|c| c.capacity_type == Some(CapacityType::Spot));
+        let spot_allowed = reqs.get(labels::CAPACITY_TYPE).is_none_or(|r| r.has(CapacityType::Spot.as_str()));
+        let mut explanation = String::new();
+        if all_spot && spot_allowed {
+            if !s.feature_gates.spot_to_spot_consolidation() {
+                return Err("spot-to-spot consolidation is disabled (feature gate SpotToSpotConsolidation)".into());
+            }
+            if !multi {
+                let floor = s.spot_to_spot_min_instance_types as usize;
+                if kept.len() < floor {
+                    return Err(format!(
+                        "spot-to-spot needs {floor} cheaper instance types (spot-to-spot-min-instance-types), found {}",
+                        kept.len()
+                    ));
+                }
+                kept.truncate(floor);
+                if kept.iter().any(|&i| *plan.instance_types[i] == *cands[0].instance_type) {
+                    return Err(format!(
+                        "{} is already among the {floor} cheapest spot options",
+                        cands[0].instance_type
+                    ));
+                }
+            }
+        }
+        if kept.is_empty() {
+            let on_demand = cands.iter().all(|c| c.capacity_type == Some(CapacityType::OnDemand));
+            if on_demand && spot_allowed && s.od_to_spot_consolidation {
+                return self.od_to_spot(cands, plan, price);
+            }
+            return Err("can't replace with a lower-priced node".into());
+        }
+        let worst = kept.iter().filter_map(|&i| worst_launch_price(&plan.types[i], reqs)).fold(0.0_f64, f64::max);
+        // The worst case was priced on the first capacity type each option can use; pin the launch to it so
+        // a fallback cannot cost more.
+        let pinned = kept.iter().filter_map(|&i| worst_capacity_type(&plan.types[i], reqs)).max();
+        if pinned == Some(CapacityType::Spot) && cands.iter().any(|c| c.capacity_type != Some(CapacityType::Spot)) {
+            explanation = "replacement pinned to spot, where its worst case was priced".into();
+        }
+        let savings = price - worst;
+        self.check_min_savings(
+            savings,
+            price,
+            s.consolidation_replace_min_savings,
+            "consolidation-replace-min-savings",
+        )?;
+        Ok(Command {
+            decision: Decision::Replace,
+            reason: DisruptionReason::Underutilized,
+            candidates: Self::refs(cands),
+            replacements: vec![replacement(
+                plan,
+                Some(&kept),
+                pinned.filter(|c| *c != CapacityType::OnDemand).map(|c| (c, None)),
+            )],
+            savings_per_hour: savings,
+            explanation,
+        })
+    }
+
+    fn check_min_savings(&self, savings: f64, price: f64, floor: f64, setting: &str) -> Result<(), String> {
+        if price > 0.0 && savings / price < floor {
+            return Err(format!(
+                "saves {:.1}% (${savings:.4}/h), below the {:.1}% floor ({setting})",
+                100.0 * savings / price,
+                100.0 * floor
+            ));
+        }
+        Ok(())
+    }
+
+    /// The on-demand → spot retry: re-price the claim as spot-only in the zones whose spot offerings beat
+    /// the candidate, and pin the launch there.
+    fn od_to_spot(&self, cands: &[&Candidate], plan: &ClaimPlan, price: f64) -> Result<Command, String> {
+        let mut spot = plan.requirements.clone();
+        spot.add(Requirement::is_in(labels::CAPACITY_TYPE, [CapacityType::Spot.as_str()]));
+        let mut zones: Vec<String> = plan
+            .types
+            .iter()
+            .flat_map(|it| {
+                it.offerings.iter().filter(|o| offering_ok(o, &spot) && o.price < price).map(|o| o.zone.clone())
+            })
+            .collect();
+        zones.sort();
+        zones.dedup();
+        if zones.is_empty() {
+            return Err("can't replace with a lower-priced node, even as spot".into());
+        }
+        spot.add(Requirement::is_in(labels::ZONE, zones.iter().cloned()));
+        let kept: Vec<usize> = (0..plan.types.len())
+            .filter(|&i| worst_launch_price(&plan.types[i], &spot).is_some_and(|w| w < price))
+            .collect();
+        if kept.is_empty() {
+            return Err("can't replace with a lower-priced node, even as spot in its cheaper zones".into());
+        }
+        let worst = kept.iter().filter_map(|&i| worst_launch_price(&plan.types[i], &spot)).fold(0.0_f64, f64::max);
+        let savings = price - worst;
+        let s = self.settings();
+        self.check_min_savings(
+            savings,
+            price,
+            s.consolidation_replace_min_savings,
+            "consolidation-replace-min-savings",
+        )?;
+        Ok(Command {
+            decision: Decision::Replace,
+            reason: DisruptionReason::Underutilized,
+            candidates: Self::refs(cands),
+            replacements: vec![replacement(plan, Some(&kept), Some((CapacityType::Spot, Some(zones.clone()))))],
+            savings_per_hour: savings,
+            explanation: format!("on-demand → spot retry: pinned to spot in {}", zones.join(", ")),
+        })
+    }
+
+    /// The 1→N split fallback: re-simulate under a price ceiling at the candidate's price.
+    fn split(&mut self, cands: &[&Candidate], price: f64, multi: bool) -> Result<Option<Command>, String> {
+        let s = self.settings();
+        let max = s.max_consolidation_replacements as usize;
+        if multi || !s.consolidation_split_fallback || max < 2 || cands.len() != 1 || cands[0].pods.len() < 2 {
+            return Ok(None);
+        }
+        if self.split_attempts >= s.consolidation_split_max_attempts {
+            return Err("inconclusive: this pass used up its split attempts (consolidation-split-max-attempts)".into());
+        }
+        self.split_attempts += 1;
+        let r = self.simulate(cands, true, false, Some(price));
+        if let Some(u) = r.unschedulable.first() {
+            return Err(format!("no split under ${price:.2}/h: pod {} {}", u.pod, u.reason));
+        }
+        if r.claims.len() > max {
+            return Err(format!(
+                "a split needs {} nodes, more than max-consolidation-replacements {max}",
+                r.claims.len()
+            ));
+        }
+        // Each part is held to its cheapest option's worst case, so the sum priced is the most the split
+        // can cost.
+        let replacements: Vec<Replacement> = r
+            .claims
+            .iter()
+            .map(|p| {
+                let worst: Vec<Option<f64>> = p.types.iter().map(|t| worst_launch_price(t, &p.requirements)).collect();
+                let floor = worst.iter().flatten().copied().fold(f64::INFINITY, f64::min);
+                let kept: Vec<usize> = (0..p.types.len()).filter(|&i| worst[i].is_some_and(|w| w <= floor)).collect();
+                replacement(p, Some(&kept), None)
+            })
+            .collect();
+        let worst: f64 = replacements.iter().map(|x| x.worst_case_price).sum();
+        let savings = price - worst;
+        if worst >= price {
+            return Err("can't split into lower-priced nodes".into());
+        }
+        self.check_min_savings(savings, price, s.consolidation_split_min_savings, "consolidation-split-min-savings")?;
+        Ok(Some(Command {
+            decision: Decision::Replace,
+            reason: DisruptionReason::Underutilized,
+            candidates: Self::refs(cands),
+            replacements,
+            savings_per_hour: savings,
+            explanation: format!("split 1 → {} under a ${price:.2}/h ceiling", r.claims.len()),
+        }))
+    }
+
+    /// The Balanced policy: approve when the savings share of the pool's cost is at least half the
+    /// disruption share of the pool's pods.
+    fn balanced(&self, cands: &[&Candidate], mut command: Command) -> Result<Command, String> {
+        let state = self.inputs.state;
+        let pool = &cands[0].pool;
+        if state.pool(pool).is_none_or(|p| p.spec.disruption.consolidation_policy != ConsolidationPolicy::Balanced) {
+            return Ok(command);
+        }
+        let cost = self.pool_cost.get(pool).copied().unwrap_or(0.0);
+        let disruption = self.pool_disruption.get(pool).copied().unwrap_or(0.0);
+        let moved: f64 = cands.iter().map(|c| c.disruption_cost).sum();
+        let savings_share = if cost > 0.0 { command.savings_per_hour / cost } else { 0.0 };
+        let disruption_share = if disruption > 0.0 { moved / disruption } else { 0.0 };
+        if disruption_share <= 0.0 {
+            command.explanation =
+                format!("Balanced: saves {:.1}% of the pool's cost with no disruption", 100.0 * savings_share);
+            return Ok(command);
+        }
+        let score = savings_share / disruption_share;
+        let verdict = format!(
+            "Balanced: saves {:.1}% of the pool's cost for {:.1}% of its disruption (score {score:.2}, threshold {:.2})",
+            100.0 * savings_share,
+            100.0 * disruption_share,
+            1.0 / BALANCED_K
+        );
+        if score >= 1.0 / BALANCED_K {
+            command.explanation = verdict;
+            Ok(command)
+        } else {
+            Err(format!("{verdict}: not worth the disruption"))
+        }
+    }
+}
+
+fn budget_note(c: &Candidate, reason: DisruptionReason, until: Option<&str>) -> Blocked {
+    Blocked {
+        node: c.node.clone(),
+        reason: match until {
+            Some(t) => format!("budget for {reason} in NodePool {} is 0 until {t}", c.pool),
+            None => format!("budget for {reason} in NodePool {} allows no more disruptions now", c.pool),
+        },
+    }
+}
+
+/// A replacement from a plan, optionally narrowed to some of its options and pinned to a capacity type
+/// (and zones).
+fn replacement(
+    plan: &ClaimPlan,
+    kept: Option<&[usize]>,
+    pin: Option<(CapacityType, Option<Vec<String>>)>,
+) -> Replacement {
+    let all: Vec<usize> = (0..plan.types.len()).collect();
+    let kept = kept.unwrap_or(&all);
+    let mut reqs = plan.requirements.clone();
+    if let Some((ct, zones)) = &pin {
+        reqs.add(Requirement::is_in(labels::CAPACITY_TYPE, [ct.as_str()]));
+        if let Some(z) = zones {
+            reqs.add(Requirement::is_in(labels::ZONE, z.iter().cloned()));
+        }
+    }
+    let mut capacity_types: Vec<CapacityType> = kept
+        .iter()
+        .flat_map(|&i| plan.types[i].offerings.iter().filter(|o| offering_ok(o, &reqs)).map(|o| o.capacity_type))
+        .collect();
+    capacity_types.sort();
+    capacity_types.dedup();
+    let mut zones: Vec<String> = kept
+        .iter()
+        .flat_map(|&i| plan.types[i].offerings.iter().filter(|o| offering_ok(o, &reqs)).map(|o| o.zone.clone()))
+        .collect();
+    zones.sort();
+    zones.dedup();
+    let worst = kept.iter().filter_map(|&i| worst_launch_price(&plan.types[i], &reqs)).fold(0.0_f64, f64::max);
+    let mut narrowed = plan.clone();
+    narrowed.requirements = reqs;
+    narrowed.instance_types = kept.iter().map(|&i| plan.instance_types[i].clone()).collect();
+    narrowed.types = kept.iter().map(|&i| plan.types[i].clone()).collect();
+    narrowed.worst_case_price = worst;
+    Replacement {
+        instance_types: narrowed.instance_types.iter().map(|n| n.to_string()).collect(),
+        capacity_types,
+        zones,
+        worst_case_price: worst,
+        plan: narrowed,
+    }
+}

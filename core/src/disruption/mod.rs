@@ -1,0 +1,167 @@
+//! Disruption: every pass, ask of every node whether its pods could run elsewhere for less, and act when a
+//! simulation proves it.
+//!
+//! A pass walks the methods in order — [`Method::Emptiness`], [`Method::StaticDrift`], [`Method::Drift`],
+//! [`Method::MultiNodeConsolidation`], [`Method::SingleNodeConsolidation`] — and stops at the first that
+//! returns commands. Consolidation runs the scheduler backwards: remove the candidates, reschedule their
+//! pods onto the rest of the fleet, and accept zero new claims (delete), one cheaper claim (replace), or,
+//! with the split fallback, several claims under the candidate's price. Every node considered and left
+//! alone gets a reason a person can read.
+
+mod candidates;
+mod consolidation;
+pub mod queue;
+
+use std::time::Instant;
+
+use jiff::Timestamp;
+use serde::Serialize;
+
+pub use candidates::{
+    Blocked, Candidate, ON_DEMAND_LEASE_EXPIRED, allowances, blocking_pdb, candidates, do_not_disrupt, drift_reason,
+    last_pod_event, pdb_allowed, pod_cost, reschedulable,
+};
+pub use consolidation::Simulator;
+
+use crate::api::{DisruptionReason, NodePool};
+use crate::cloud::{CapacityType, InstanceType};
+use crate::scheduling::ClaimPlan;
+use crate::settings::Settings;
+use crate::state::ClusterState;
+
+/// A disruption method, in the order a pass tries them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum Method {
+    /// Delete nodes whose pods cost nothing to move.
+    Emptiness,
+    /// Replace drifted nodes of static (replica-pinned) pools.
+    StaticDrift,
+    /// Replace nodes that no longer match their pool or NodeClass.
+    Drift,
+    /// Remove several nodes at once, with at most one replacement.
+    MultiNodeConsolidation,
+    /// Remove or replace one node at a time.
+    SingleNodeConsolidation,
+}
+
+/// Delete or replace.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Decision {
+    /// The pods fit on the rest of the fleet.
+    Delete,
+    /// The pods need new, cheaper capacity.
+    Replace,
+}
+
+/// A node a command disrupts.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CandidateRef {
+    /// The node.
+    pub node: String,
+    /// Its claim.
+    pub node_claim: String,
+    /// Its price per hour.
+    pub price: f64,
+}
+
+/// New capacity a command launches.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Replacement {
+    /// The instance types it may launch, cheapest first.
+    pub instance_types: Vec<String>,
+    /// The capacity types it may launch.
+    pub capacity_types: Vec<CapacityType>,
+    /// The zones it may launch in.
+    pub zones: Vec<String>,
+    /// The most it can cost.
+    pub worst_case_price: f64,
+    /// The plan behind it (requirements, pods).
+    #[serde(skip)]
+    pub plan: ClaimPlan,
+}
+
+/// One disruption action.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Command {
+    /// Delete or replace.
+    pub decision: Decision,
+    /// Why.
+    pub reason: DisruptionReason,
+    /// The nodes it removes.
+    pub candidates: Vec<CandidateRef>,
+    /// The capacity it launches first.
+    pub replacements: Vec<Replacement>,
+    /// The estimated saving per hour (candidates' price minus the replacements' worst case).
+    pub savings_per_hour: f64,
+    /// For a person: how the decision was reached (policy scores, retries).
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub explanation: String,
+}
+
+/// The outcome of one pass.
+#[derive(Debug, Clone, Serialize)]
+pub struct Pass {
+    /// The first method that returned commands.
+    pub method: Option<Method>,
+    /// Its commands.
+    pub commands: Vec<Command>,
+    /// Nodes considered and left alone, with the reason.
+    pub unconsolidatable: Vec<Blocked>,
+}
+
+/// What a pass reads.
+pub struct Inputs<'a> {
+    /// The cluster.
+    pub state: &'a ClusterState,
+    /// Instance types per pool (prices, and capacity for replacements).
+    pub types_for: &'a dyn Fn(&NodePool) -> Vec<InstanceType>,
+    /// Settings (feature gates, fleet-pricing knobs).
+    pub settings: &'a Settings,
+    /// The time of the pass.
+    pub now: Timestamp,
+}
+
+/// Runs one disruption pass: the first method that returns commands wins.
+pub fn compute(inputs: &Inputs<'_>) -> Pass {
+    let (cands, mut blocked) = candidates(inputs.state, inputs.types_for, inputs.now);
+    let mut sim = Simulator::new(inputs, &cands);
+    let started = Instant::now();
+    for method in [
+        Method::Emptiness,
+        Method::StaticDrift,
+        Method::Drift,
+        Method::MultiNodeConsolidation,
+        Method::SingleNodeConsolidation,
+    ] {
+        let (commands, notes) = match method {
+            Method::Emptiness => sim.emptiness(&cands),
+            Method::StaticDrift => sim.drift(&cands, true),
+            Method::Drift => sim.drift(&cands, false),
+            Method::MultiNodeConsolidation => sim.multi_node(&cands, started),
+            Method::SingleNodeConsolidation => sim.single_node(&cands, started),
+        };
+        if !commands.is_empty() {
+            let acted: Vec<&str> = commands.iter().flat_map(|c| c.candidates.iter().map(|x| x.node.as_str())).collect();
+            blocked.extend(notes.into_iter().filter(|b| !acted.contains(&b.node.as_str())));
+            dedupe(&mut blocked);
+            return Pass { method: Some(method), commands, unconsolidatable: blocked };
+        }
+        blocked.extend(notes);
+    }
+    dedupe(&mut blocked);
+    Pass { method: None, commands: Vec::new(), unconsolidatable: blocked }
+}
+
+/// Keeps the first reason given for each node.
+fn dedupe(blocked: &mut Vec<Blocked>) {
+    let mut seen = std::collections::HashSet::new();
+    blocked.retain(|b| seen.insert(b.node.clone()));
+    blocked.sort_by(|a, b| a.node.cmp(&b.node));
+}
+
+#[cfg(test)]
+mod tests;

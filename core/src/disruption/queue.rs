@@ -1,0 +1,1 @@
+//! The disruption queue: executing commands safely (filled in with the orchestration).

@@ -1,0 +1,475 @@
+//! The disruption ladder on small fleets, with the worked examples of the specification texts.
+
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use serde_json::{Value, json};
+
+use super::*;
+use crate::api::{NodePool, labels};
+use crate::cloud::{CapacityType, InstanceType, Offering};
+use crate::resources::{ResourceName, Resources};
+use crate::settings::{self, Settings};
+use crate::state::ClusterState;
+
+const NOW: &str = "2026-03-04T12:00:00Z";
+
+fn now() -> Timestamp {
+    NOW.parse().unwrap()
+}
+
+fn itype(name: &str, cpu: i64, gpus: i64, offerings: &[(&str, CapacityType, f64)]) -> InstanceType {
+    InstanceType {
+        name: name.into(),
+        labels: [(labels::ARCH.to_owned(), "amd64".to_owned())].into(),
+        capacity: Resources::cpu_memory(cpu * 1000, cpu * 4 << 30)
+            .with(ResourceName::PODS, 110)
+            .with(ResourceName::NVIDIA_GPU, gpus),
+        overhead: Default::default(),
+        offerings: offerings.iter().map(|(z, ct, p)| Offering::new(*z, *ct, *p)).collect(),
+    }
+}
+
+#[derive(Default)]
+struct Fleet {
+    pods: Vec<Pod>,
+    nodes: Vec<Node>,
+    pools: Vec<NodePool>,
+    pdbs: Vec<PodDisruptionBudget>,
+    types: Vec<InstanceType>,
+}
+
+impl Fleet {
+    fn pool(mut self, name: &str, extra: Value) -> Self {
+        let mut v =
+            json!({"apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": name}, "spec": {}});
+        merge(&mut v, extra);
+        self.pools.push(serde_json::from_value(v).unwrap());
+        self
+    }
+
+    fn node(mut self, name: &str, pool: &str, it: &str, zone: &str, ct: CapacityType) -> Self {
+        let t = self.types.iter().find(|t| t.name == it).unwrap().clone();
+        let alloc = t.allocatable();
+        self.nodes.push(
+            serde_json::from_value(json!({
+                "metadata": {"name": name, "creationTimestamp": "2026-03-01T00:00:00Z", "labels": {
+                    labels::NODE_POOL: pool, labels::INSTANCE_TYPE: it, labels::ZONE: zone,
+                    labels::CAPACITY_TYPE: ct.as_str(), labels::INITIALIZED: "true", labels::ARCH: "amd64"}},
+                "spec": {"providerID": format!("fake:///{zone}/{name}")},
+                "status": {"allocatable": serde_json::to_value(alloc).unwrap(), "conditions": [{"type": "Ready", "status": "True"}]}
+            }))
+            .unwrap(),
+        );
+        self
+    }
+
+    fn pod(mut self, name: &str, node: &str, cpu: &str, gpus: i64, meta: Value) -> Self {
+        let mut requests = json!({"cpu": cpu});
+        if gpus > 0 {
+            requests["nvidia.com/gpu"] = json!(gpus.to_string());
+        }
+        let mut v = json!({
+            "metadata": {"name": name, "namespace": "default", "creationTimestamp": "2026-03-01T00:00:00Z"},
+            "spec": {"nodeName": node, "containers": [{"name": "c", "resources": {"requests": requests}}]},
+            "status": {"phase": "Running", "startTime": "2026-03-01T00:00:00Z"}
+        });
+        merge(&mut v, json!({"metadata": meta}));
+        self.pods.push(serde_json::from_value(v).unwrap());
+        self
+    }
+
+    fn pdb(mut self, name: &str, app: &str, max_unavailable: i32) -> Self {
+        self.pdbs.push(
+            serde_json::from_value(json!({"metadata": {"name": name, "namespace": "default"},
+                "spec": {"maxUnavailable": max_unavailable, "selector": {"matchLabels": {"app": app}}}}))
+            .unwrap(),
+        );
+        self
+    }
+
+    fn state(&self) -> ClusterState {
+        ClusterState::from_objects(&self.pods, &self.nodes, &[], &[], &self.pdbs, &self.pools, now()).unwrap()
+    }
+
+    fn pass_with(&self, settings: &Settings) -> Pass {
+        let state = self.state();
+        let types = self.types.clone();
+        let types_for = move |_: &NodePool| types.clone();
+        compute(&Inputs { state: &state, types_for: &types_for, settings, now: now() })
+    }
+
+    fn pass(&self) -> Pass {
+        self.pass_with(&Settings::default())
+    }
+
+    /// Single-node consolidation alone, as the walk of the first worked example.
+    fn single(&self, settings: &Settings) -> (Vec<Command>, Vec<Blocked>) {
+        let state = self.state();
+        let types = self.types.clone();
+        let types_for = move |_: &NodePool| types.clone();
+        let inputs = Inputs { state: &state, types_for: &types_for, settings, now: now() };
+        let (cands, _) = candidates(&state, &types_for, now());
+        let mut sim = Simulator::new(&inputs, &cands);
+        sim.single_node(&cands, std::time::Instant::now())
+    }
+}
+
+fn merge(a: &mut Value, b: Value) {
+    match (a, b) {
+        (Value::Object(a), Value::Object(b)) => {
+            for (k, v) in b {
+                merge(a.entry(k).or_insert(Value::Null), v);
+            }
+        }
+        (a, b) => *a = b,
+    }
+}
+
+fn settings_with(pairs: &[(&str, &str)]) -> Settings {
+    let flags: Vec<(String, String)> = pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
+    settings::load(None, Vec::new(), &flags).unwrap().settings
+}
+
+fn gpu_catalog() -> Vec<InstanceType> {
+    use CapacityType::*;
+    vec![
+        itype("g5.2xlarge", 8, 1, &[("us-east-1a", OnDemand, 1.21), ("us-east-1a", Spot, 0.51)]),
+        itype("g5.12xlarge", 48, 4, &[("us-east-1a", OnDemand, 5.67)]),
+        itype("g5.48xlarge", 192, 8, &[("us-east-1a", OnDemand, 16.29)]),
+    ]
+}
+
+const TRAINING: &str = "karpenter.sh/do-not-disrupt";
+
+/// Part 2's walk: bar ($5.67/h, one 4-GPU job) is deleted because the job fits foo's free GPUs; the
+/// $1.21 on-demand g5.2xlarge whose pod fits nowhere is replaced by the same type on spot at $0.51.
+#[test]
+fn worked_example_delete_onto_free_gpus_then_replace_on_demand_with_spot() {
+    let fleet = Fleet { types: gpu_catalog(), ..Default::default() }
+        .pool("gpu", json!({}))
+        .node("foo", "gpu", "g5.48xlarge", "us-east-1a", CapacityType::OnDemand)
+        .node("bar", "gpu", "g5.12xlarge", "us-east-1a", CapacityType::OnDemand)
+        .pod("checkpointing", "foo", "8", 4, json!({"annotations": {TRAINING: "true"}}))
+        .pod("job", "bar", "8", 4, json!({}));
+    let (commands, notes) = fleet.single(&Settings::default());
+    assert_eq!(commands.len(), 1);
+    let c = &commands[0];
+    assert_eq!(c.decision, Decision::Delete);
+    assert_eq!(c.candidates[0].node, "bar");
+    assert_eq!(c.candidates[0].price, 5.67);
+    assert_eq!(c.savings_per_hour, 5.67);
+    assert!(notes.is_empty() || notes.iter().all(|n| n.node != "bar"));
+
+    let fleet = Fleet { types: gpu_catalog(), ..Default::default() }
+        .pool("gpu", json!({}))
+        .node("lonely", "gpu", "g5.2xlarge", "us-east-1a", CapacityType::OnDemand)
+        .pod("inference", "lonely", "4", 1, json!({}));
+    let (commands, _) = fleet.single(&Settings::default());
+    let c = &commands[0];
+    assert_eq!(c.decision, Decision::Replace);
+    assert_eq!(c.candidates[0].price, 1.21);
+    assert_eq!(c.replacements.len(), 1);
+    let r = &c.replacements[0];
+    assert_eq!(r.instance_types, ["g5.2xlarge"]);
+    assert_eq!(r.capacity_types, [CapacityType::Spot]);
+    assert_eq!(r.worst_case_price, 0.51);
+    assert!((c.savings_per_hour - 0.70).abs() < 1e-9);
+}
+
+/// The split fallback: a $30/h 8-GPU on-demand node running 5 GPUs of pods becomes a $11 4-GPU spot
+/// node and a $3 1-GPU spot node.
+#[test]
+fn worked_example_split_one_node_into_two() {
+    use CapacityType::*;
+    let types = vec![
+        itype("gpu.8x", 64, 8, &[("a", OnDemand, 30.0)]),
+        itype("gpu.4x", 32, 4, &[("a", OnDemand, 20.0), ("a", Spot, 11.0)]),
+        itype("gpu.1x", 8, 1, &[("a", OnDemand, 5.0), ("a", Spot, 3.0)]),
+    ];
+    let fleet = Fleet { types, ..Default::default() }
+        .pool("gpu", json!({}))
+        .node("fat", "gpu", "gpu.8x", "a", OnDemand)
+        .pod("four", "fat", "16", 4, json!({}))
+        .pod("one", "fat", "4", 1, json!({}));
+    let upstream = fleet.pass();
+    assert!(upstream.commands.is_empty(), "upstream: 5 GPUs fit no single node under $30");
+    let reason = &upstream.unconsolidatable.iter().find(|b| b.node == "fat").unwrap().reason;
+    assert!(reason.contains("can't replace with a lower-priced node"), "{reason}");
+
+    let split = settings_with(&[("CONSOLIDATION_SPLIT_FALLBACK", "true"), ("max-consolidation-replacements", "2")]);
+    let pass = fleet.pass_with(&split);
+    assert_eq!(pass.method, Some(Method::SingleNodeConsolidation), "{:?}", pass.unconsolidatable);
+    let c = &pass.commands[0];
+    assert_eq!(c.decision, Decision::Replace);
+    let mut prices: Vec<f64> = c.replacements.iter().map(|r| r.worst_case_price).collect();
+    prices.sort_by(f64::total_cmp);
+    assert_eq!(prices, [3.0, 11.0]);
+    assert_eq!(c.savings_per_hour, 16.0);
+    // The split alone: with only one replacement allowed it stays put.
+    let capped = settings_with(&[("CONSOLIDATION_SPLIT_FALLBACK", "true")]);
+    assert!(fleet.pass_with(&capped).commands.is_empty());
+}
+
+/// The on-demand → spot retry: one spiked zone (f, $1.40) vetoes the worst-case price; the retry pins spot
+/// to zones a..e, whose worst case is $0.62.
+#[test]
+fn worked_example_od_to_spot_retry_pins_the_cheap_zones() {
+    use CapacityType::*;
+    let spots = [("a", 0.51), ("b", 0.47), ("c", 0.62), ("d", 0.58), ("e", 0.55), ("f", 1.40)];
+    let mut offerings: Vec<(&str, CapacityType, f64)> = spots.iter().map(|(z, p)| (*z, Spot, *p)).collect();
+    offerings.extend(spots.iter().map(|(z, _)| (*z, OnDemand, 1.21)));
+    let fleet = Fleet { types: vec![itype("g5.2xlarge", 8, 1, &offerings)], ..Default::default() }
+        .pool("gpu", json!({}))
+        .node("od", "gpu", "g5.2xlarge", "a", OnDemand)
+        .pod("p", "od", "4", 1, json!({}));
+    let pass = fleet.pass();
+    let c = &pass.commands[0];
+    assert_eq!(c.decision, Decision::Replace);
+    let r = &c.replacements[0];
+    assert_eq!(r.capacity_types, [Spot]);
+    assert_eq!(r.zones, ["a", "b", "c", "d", "e"]);
+    assert_eq!(r.worst_case_price, 0.62);
+    assert!((c.savings_per_hour - 0.59).abs() < 1e-9);
+    let pinned = r.plan.requirements.get(labels::ZONE).unwrap();
+    assert!(!pinned.has("f"), "the launch is pinned, so the priced worst case is the worst it can do");
+
+    let off = settings_with(&[("OD_TO_SPOT_CONSOLIDATION", "false")]);
+    let pass = fleet.pass_with(&off);
+    assert!(pass.commands.is_empty(), "without the retry the spiked zone vetoes the replacement");
+}
+
+/// The disruption documentation's budget example on 19 empty nodes: 20% for Empty allows 4.
+#[test]
+fn nineteen_empty_nodes_under_a_twenty_percent_budget_lose_four() {
+    use CapacityType::*;
+    let mut fleet = Fleet { types: vec![itype("m5.large", 2, 0, &[("a", OnDemand, 0.096)])], ..Default::default() }.pool(
+        "default",
+        json!({"spec": {"disruption": {"budgets": [{"nodes": "20%", "reasons": ["Empty", "Drifted"]}, {"nodes": "5"}]}}}),
+    );
+    for i in 0..19 {
+        fleet = fleet.node(&format!("n{i:02}"), "default", "m5.large", "a", OnDemand);
+    }
+    let pass = fleet.pass();
+    assert_eq!(pass.method, Some(Method::Emptiness));
+    assert_eq!(pass.commands[0].candidates.len(), 4);
+    assert_eq!(pass.commands[0].reason, DisruptionReason::Empty);
+    let over = pass.unconsolidatable.iter().filter(|b| b.reason.contains("budget for Empty")).count();
+    assert_eq!(over, 15);
+}
+
+#[test]
+fn a_scheduled_zero_budget_says_until_when() {
+    use CapacityType::*;
+    let fleet = Fleet { types: gpu_catalog(), ..Default::default() }
+        .pool("gpu", json!({"spec": {"disruption": {"budgets": [{"nodes": "0", "schedule": "0 12 * * *", "duration": "10m", "reasons": ["Underutilized"]}]}}}))
+        .node("lonely", "gpu", "g5.2xlarge", "us-east-1a", OnDemand)
+        .pod("inference", "lonely", "4", 1, json!({}));
+    let pass = fleet.pass();
+    assert!(pass.commands.is_empty());
+    assert_eq!(pass.unconsolidatable[0].reason, "budget for Underutilized in NodePool gpu is 0 until 12:10Z");
+}
+
+#[test]
+fn pdbs_and_do_not_disrupt_block_and_say_so() {
+    use CapacityType::*;
+    let fleet = Fleet { types: gpu_catalog(), ..Default::default() }
+        .pool("gpu", json!({}))
+        .node("n1", "gpu", "g5.2xlarge", "us-east-1a", OnDemand)
+        .node("n2", "gpu", "g5.2xlarge", "us-east-1a", OnDemand)
+        .node("n3", "gpu", "g5.2xlarge", "us-east-1a", OnDemand)
+        .pod("web", "n1", "1", 0, json!({"labels": {"app": "web"}}))
+        .pdb("web", "web", 0)
+        .pod("job", "n2", "1", 0, json!({"annotations": {TRAINING: "true"}}))
+        .pod("warm", "n3", "1", 0, json!({"annotations": {TRAINING: "1000h"}}));
+    let pass = fleet.pass();
+    let reason = |n: &str| pass.unconsolidatable.iter().find(|b| b.node == n).unwrap().reason.clone();
+    assert_eq!(reason("n1"), "pdb default/web prevents pod evictions");
+    assert_eq!(reason("n2"), "pod default/job has karpenter.sh/do-not-disrupt");
+    assert_eq!(reason("n3"), "pod default/warm has karpenter.sh/do-not-disrupt", "a duration still running");
+    // A duration that has elapsed no longer protects the pod.
+    let elapsed = Fleet { types: gpu_catalog(), ..Default::default() }
+        .pool("gpu", json!({}))
+        .node("n4", "gpu", "g5.2xlarge", "us-east-1a", OnDemand)
+        .pod("done", "n4", "1", 0, json!({"annotations": {TRAINING: "1h"}}));
+    assert!(elapsed.pass().unconsolidatable.iter().all(|b| !b.reason.contains("do-not-disrupt")));
+}
+
+#[test]
+fn spot_to_spot_needs_the_gate_and_enough_cheaper_types() {
+    use CapacityType::*;
+    let mut types = vec![itype("big", 16, 0, &[("a", Spot, 1.0)])];
+    for i in 0..20 {
+        types.push(itype(&format!("small-{i:02}"), 4, 0, &[("a", Spot, 0.10 + 0.01 * i as f64)]));
+    }
+    let fleet = Fleet { types: types.clone(), ..Default::default() }
+        .pool("spot", json!({}))
+        .node("s", "spot", "big", "a", Spot)
+        .pod("p", "s", "2", 0, json!({}));
+    let pass = fleet.pass();
+    assert!(pass.commands.is_empty());
+    assert!(pass.unconsolidatable[0].reason.contains("SpotToSpotConsolidation"), "{:?}", pass.unconsolidatable);
+
+    let gate = settings_with(&[("FEATURE_GATES", "SpotToSpotConsolidation=true")]);
+    let pass = fleet.pass_with(&gate);
+    let r = &pass.commands[0].replacements[0];
+    assert_eq!(r.instance_types.len(), 15, "the launch is capped to the floor's cheapest options");
+    assert_eq!(r.instance_types[0], "small-00");
+
+    let floor =
+        settings_with(&[("FEATURE_GATES", "SpotToSpotConsolidation=true"), ("spot-to-spot-min-instance-types", "25")]);
+    let pass = fleet.pass_with(&floor);
+    assert!(pass.commands.is_empty());
+    assert!(
+        pass.unconsolidatable[0]
+            .reason
+            .contains("needs 25 cheaper instance types (spot-to-spot-min-instance-types), found 20"),
+        "{:?}",
+        pass.unconsolidatable
+    );
+}
+
+#[test]
+fn replace_min_savings_is_a_floor() {
+    let fleet = Fleet { types: gpu_catalog(), ..Default::default() }
+        .pool("gpu", json!({}))
+        .node("lonely", "gpu", "g5.2xlarge", "us-east-1a", CapacityType::OnDemand)
+        .pod("inference", "lonely", "4", 1, json!({}));
+    let strict = settings_with(&[("consolidation-replace-min-savings", "60%")]);
+    let pass = fleet.pass_with(&strict);
+    assert!(pass.commands.is_empty());
+    assert!(pass.unconsolidatable[0].reason.contains("below the 60.0% floor"), "{:?}", pass.unconsolidatable);
+}
+
+#[test]
+fn when_empty_and_consolidate_after_gate_consolidation() {
+    let base = |extra: Value| {
+        Fleet { types: gpu_catalog(), ..Default::default() }
+            .pool("gpu", extra)
+            .node("lonely", "gpu", "g5.2xlarge", "us-east-1a", CapacityType::OnDemand)
+            .pod("inference", "lonely", "4", 1, json!({}))
+    };
+    let pass = base(json!({"spec": {"disruption": {"consolidationPolicy": "WhenEmpty"}}})).pass();
+    assert!(pass.commands.is_empty());
+    assert_eq!(pass.unconsolidatable[0].reason, "consolidationPolicy WhenEmpty only removes empty nodes");
+    let pass = base(json!({"spec": {"disruption": {"consolidateAfter": "Never"}}})).pass();
+    assert!(pass.unconsolidatable[0].reason.contains("consolidateAfter: Never"));
+    let pass = base(json!({"spec": {"disruption": {"consolidateAfter": "720h"}}})).pass();
+    assert!(pass.unconsolidatable[0].reason.contains("within consolidateAfter 720h"), "{:?}", pass.unconsolidatable);
+}
+
+#[test]
+fn balanced_weighs_savings_against_disruption() {
+    use CapacityType::*;
+    // Two nodes: a cheap one running many pods would save little for much disruption.
+    let types = vec![itype("small", 4, 0, &[("a", OnDemand, 0.10)]), itype("large", 32, 0, &[("a", OnDemand, 2.00)])];
+    let mut fleet = Fleet { types, ..Default::default() }
+        .pool("b", json!({"spec": {"disruption": {"consolidationPolicy": "Balanced"}}}))
+        .node("busy-small", "b", "small", "a", OnDemand)
+        .node("big", "b", "large", "a", OnDemand);
+    for i in 0..9 {
+        fleet = fleet.pod(&format!("s{i}"), "busy-small", "100m", 0, json!({}));
+    }
+    fleet = fleet.pod("b0", "big", "20", 0, json!({}));
+    let pass = fleet.pass();
+    // Replacing big (2.00 → a small at 0.10 cannot hold 20 CPU; large is the only fit) — nothing
+    // cheaper for big; moving the small node's 9 pods onto big saves 0.10 of 2.10 (4.8%) for 90% of the
+    // disruption: rejected with its score.
+    let note = pass.unconsolidatable.iter().find(|b| b.node == "busy-small").unwrap();
+    assert!(
+        note.reason.starts_with("Balanced: saves 4.8% of the pool's cost for 90.0% of its disruption"),
+        "{}",
+        note.reason
+    );
+}
+
+#[test]
+fn drifted_nodes_are_replaced_and_expired_leases_go_to_spot_first() {
+    use CapacityType::*;
+    let fleet = Fleet { types: gpu_catalog(), ..Default::default() }
+        .pool("gpu", json!({"spec": {"template": {"spec": {"requirements": [{"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["spot", "on-demand"]}]}}}}))
+        .node("leased", "gpu", "g5.2xlarge", "us-east-1a", OnDemand)
+        .pod("p", "leased", "4", 1, json!({"annotations": {TRAINING: "true"}}));
+    let mut state = fleet.state();
+    let claim = state.nodes[0].claim.as_mut().unwrap();
+    claim.set_condition(
+        crate::api::condition_types::DRIFTED,
+        crate::api::ConditionStatus::True,
+        ON_DEMAND_LEASE_EXPIRED,
+        "",
+        now(),
+    );
+    claim.spec.termination_grace_period = Some(crate::api::KubeDuration::from_secs(3600));
+    let types = fleet.types.clone();
+    let types_for = move |_: &NodePool| types.clone();
+    let s = Settings::default();
+    let pass = compute(&Inputs { state: &state, types_for: &types_for, settings: &s, now: now() });
+    assert_eq!(pass.method, Some(Method::Drift));
+    let r = &pass.commands[0].replacements[0];
+    assert_eq!(r.capacity_types, [Spot], "the replacement is pinned to spot");
+    assert!(r.plan.requirements.get(labels::CAPACITY_TYPE).unwrap().values() == ["spot"]);
+
+    // Without spot capacity the on-demand node stays, and says why.
+    let no_spot: Vec<InstanceType> = fleet
+        .types
+        .iter()
+        .cloned()
+        .map(|mut t| {
+            t.offerings.retain(|o| o.capacity_type != Spot);
+            t
+        })
+        .collect();
+    let types_for = move |_: &NodePool| no_spot.clone();
+    let pass = compute(&Inputs { state: &state, types_for: &types_for, settings: &s, now: now() });
+    assert!(pass.commands.is_empty());
+    assert!(pass.unconsolidatable[0].reason.contains("no spot capacity to reclaim its on-demand lease"));
+}
+
+#[test]
+fn a_changed_template_drifts_but_behavioural_fields_do_not() {
+    use CapacityType::*;
+    let fleet = Fleet { types: gpu_catalog(), ..Default::default() }
+        .pool("gpu", json!({}))
+        .node("n", "gpu", "g5.2xlarge", "us-east-1a", OnDemand)
+        .pod("p", "n", "4", 1, json!({"annotations": {TRAINING: "true"}}));
+    let mut state = fleet.state();
+    let pool = state.pools[0].clone();
+    state.nodes[0].inferred_claim = false;
+    let claim = state.nodes[0].claim.as_mut().unwrap();
+    claim.metadata.annotations = Some([(labels::NODEPOOL_HASH.to_owned(), pool.template_hash())].into());
+    assert_eq!(drift_reason(&state.nodes[0], &pool), None);
+    let mut behavioural = pool.clone();
+    behavioural.spec.weight = Some(7);
+    behavioural.spec.disruption.consolidation_policy = crate::api::ConsolidationPolicy::WhenEmpty;
+    assert_eq!(drift_reason(&state.nodes[0], &behavioural), None);
+    let mut relabelled = pool.clone();
+    relabelled.spec.template.metadata.labels.insert("team".into(), "ml".into());
+    assert_eq!(drift_reason(&state.nodes[0], &relabelled).as_deref(), Some("NodePoolDrifted"));
+    let mut narrowed = pool;
+    narrowed.spec.template.spec.requirements =
+        vec![crate::api::NodeSelectorRequirement::new(labels::CAPACITY_TYPE, crate::api::Operator::In, ["spot"])];
+    state.nodes[0].claim.as_mut().unwrap().metadata.annotations =
+        Some([(labels::NODEPOOL_HASH.to_owned(), narrowed.template_hash())].into());
+    assert_eq!(drift_reason(&state.nodes[0], &narrowed).as_deref(), Some("RequirementsDrifted"));
+}
+
+#[test]
+fn multi_node_consolidation_merges_half_empty_nodes() {
+    use CapacityType::*;
+    let types = vec![itype("m.4", 4, 0, &[("a", OnDemand, 0.20)]), itype("m.8", 8, 0, &[("a", OnDemand, 0.40)])];
+    let fleet = Fleet { types, ..Default::default() }
+        .pool("default", json!({"spec": {"disruption": {"budgets": [{"nodes": "100%"}]}}}))
+        .node("a1", "default", "m.8", "a", OnDemand)
+        .node("a2", "default", "m.8", "a", OnDemand)
+        .node("a3", "default", "m.8", "a", OnDemand)
+        .pod("p1", "a1", "1", 0, json!({}))
+        .pod("p2", "a2", "1", 0, json!({}))
+        .pod("p3", "a3", "1", 0, json!({}));
+    let pass = fleet.pass();
+    assert_eq!(pass.method, Some(Method::MultiNodeConsolidation));
+    let c = &pass.commands[0];
+    assert_eq!(c.candidates.len(), 3, "all three go");
+    assert_eq!(c.decision, Decision::Replace);
+    assert_eq!(c.replacements[0].instance_types[0], "m.4");
+    assert!((c.savings_per_hour - (1.20 - 0.40)).abs() < 1e-9, "{}", c.savings_per_hour);
+}
