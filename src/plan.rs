@@ -7,6 +7,7 @@ use anyhow::{Context, Result};
 use jiff::Timestamp;
 use serde::Serialize;
 use tenon_core::api::NodeSelectorRequirement;
+use tenon_core::disruption::{self, Decision, Pass};
 use tenon_core::provisioning::{self, Nominations};
 use tenon_core::resources::Resources;
 use tenon_core::scheduling::{Launch, Results};
@@ -19,8 +20,8 @@ use tenon_core::state::ClusterState;
 pub struct PlanOutput {
     /// What provisioning would do.
     pub provisioning: ProvisioningOutput,
-    /// What disruption would do (`null` until computed).
-    pub disruption: Option<serde_json::Value>,
+    /// What disruption would do: the first method that acts, its commands, and why the other nodes stay.
+    pub disruption: Option<Pass>,
 }
 
 /// Provisioning's half of the plan.
@@ -85,8 +86,11 @@ pub fn compute(files: &[PathBuf], settings: &Settings, now: Timestamp) -> Result
     )
     .context("reading the snapshot")?;
     let types = snapshot.instance_types();
-    let results = provisioning::schedule(&state, &|_| types.clone(), &Nominations::default(), settings, now);
-    Ok(PlanOutput { provisioning: provisioning_output(results), disruption: None })
+    let types_for = |_: &tenon_core::api::NodePool| types.clone();
+    let results = provisioning::schedule(&state, &types_for, &Nominations::default(), settings, now);
+    // No validation delay: in a plan no time passes between computing a command and checking it.
+    let pass = disruption::compute(&disruption::Inputs { state: &state, types_for: &types_for, settings, now });
+    Ok(PlanOutput { provisioning: provisioning_output(results), disruption: Some(pass) })
 }
 
 fn provisioning_output(results: Results) -> ProvisioningOutput {
@@ -148,6 +152,52 @@ pub fn print_text(out: &mut impl Write, plan: &PlanOutput) -> std::io::Result<()
         writeln!(out, "  cannot schedule {}: {}", u.pod, u.reason)?;
     }
     writeln!(out, "Disruption")?;
-    writeln!(out, "  not computed")?;
+    let Some(d) = &plan.disruption else { return Ok(()) };
+    match d.method {
+        None => writeln!(out, "  nothing to do")?,
+        Some(m) => writeln!(out, "  {m:?}")?,
+    }
+    for c in &d.commands {
+        let nodes: Vec<String> = c.candidates.iter().map(|x| format!("{} (${:.4}/h)", x.node, x.price)).collect();
+        match c.decision {
+            Decision::Delete => {
+                writeln!(out, "  delete {} [{}], saving ${:.4}/h", nodes.join(", "), c.reason, c.savings_per_hour)?
+            }
+            Decision::Replace => {
+                let with: Vec<String> = c
+                    .replacements
+                    .iter()
+                    .map(|r| {
+                        let types = if r.instance_types.len() > 3 {
+                            format!("{} and {} more", r.instance_types[..3].join(", "), r.instance_types.len() - 3)
+                        } else {
+                            r.instance_types.join(", ")
+                        };
+                        let cts: Vec<String> = r.capacity_types.iter().map(ToString::to_string).collect();
+                        format!(
+                            "{types} ({} in {}; worst case ${:.4}/h)",
+                            cts.join("/"),
+                            r.zones.join(", "),
+                            r.worst_case_price
+                        )
+                    })
+                    .collect();
+                writeln!(
+                    out,
+                    "  replace {} with {} [{}], saving ${:.4}/h",
+                    nodes.join(", "),
+                    with.join(" + "),
+                    c.reason,
+                    c.savings_per_hour
+                )?
+            }
+        }
+        if !c.explanation.is_empty() {
+            writeln!(out, "    {}", c.explanation)?;
+        }
+    }
+    for b in &d.unconsolidatable {
+        writeln!(out, "  {} stays: {}", b.node, b.reason)?;
+    }
     Ok(())
 }

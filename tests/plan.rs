@@ -53,7 +53,7 @@ fn pending_pods_become_one_claim_on_the_cheapest_type() {
     assert_eq!(c[0]["instanceTypes"][0], "c5.large");
     assert!(c[0]["instanceTypes"].as_array().unwrap().iter().all(|t| t.as_str().unwrap().starts_with(['c', 'm'])));
     assert!(requirement(&c[0], "node.kubernetes.io/instance-type").is_some());
-    assert_eq!(v["disruption"], Value::Null);
+    assert_eq!(v["disruption"]["method"], Value::Null, "no nodes, nothing to disrupt");
 }
 
 #[test]
@@ -210,4 +210,120 @@ fn bad_input_names_file_document_object_and_field_and_fails() {
     let missing = run(&["plan", "tests/plan/does-not-exist.yaml"]);
     assert!(!missing.status.success());
     assert!(String::from_utf8_lossy(&missing.stderr).contains("does-not-exist.yaml"));
+}
+
+fn plan_env(files: &[&str], env: &[(&str, &str)]) -> Value {
+    let mut args = vec!["plan", "--output", "json", "--now", "2026-03-04T12:00:00Z"];
+    args.extend_from_slice(files);
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_tenon"));
+    cmd.current_dir(env!("CARGO_MANIFEST_DIR")).args(&args);
+    for spec in tenon_core::settings::SETTINGS {
+        cmd.env_remove(spec.env);
+    }
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().unwrap();
+    assert!(out.status.success(), "{files:?}: {}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+fn disruption(snapshot: &str) -> Value {
+    plan(snapshot)["disruption"].clone()
+}
+
+fn stays<'a>(d: &'a Value, node: &str) -> &'a str {
+    d["unconsolidatable"].as_array().unwrap().iter().find(|b| b["node"] == node).unwrap()["reason"].as_str().unwrap()
+}
+
+#[test]
+fn emptiness_deletes_empty_nodes_within_the_budget() {
+    let d = disruption("disrupt-empty.yaml");
+    assert_eq!(d["method"], "Emptiness");
+    let c = &d["commands"][0];
+    assert_eq!(c["decision"], "delete");
+    assert_eq!(c["reason"], "Empty");
+    assert_eq!(c["candidates"].as_array().unwrap().len(), 1, "10% of 10 nodes");
+    assert_eq!(c["candidates"][0]["price"], 0.096);
+    assert_eq!(d["unconsolidatable"].as_array().unwrap().len(), 9);
+    assert!(stays(&d, "idle-9").contains("budget for Empty in NodePool default"));
+}
+
+#[test]
+fn drift_replaces_a_node_whose_template_changed() {
+    let d = disruption("disrupt-drift.yaml");
+    assert_eq!(d["method"], "Drift");
+    let c = &d["commands"][0];
+    assert_eq!((c["decision"].as_str(), c["reason"].as_str()), (Some("replace"), Some("Drifted")));
+    assert_eq!(c["candidates"][0]["nodeClaim"], "default-abcde");
+    assert_eq!(c["replacements"][0]["instanceTypes"][0], "m5.large");
+}
+
+#[test]
+fn multi_node_consolidation_folds_three_nodes_into_one() {
+    let d = disruption("disrupt-multi.yaml");
+    assert_eq!(d["method"], "MultiNodeConsolidation");
+    let c = &d["commands"][0];
+    assert_eq!(c["candidates"].as_array().unwrap().len(), 3);
+    assert_eq!(c["replacements"].as_array().unwrap().len(), 1);
+    assert_eq!(c["replacements"][0]["capacityTypes"], serde_json::json!(["on-demand"]));
+    assert!(c["savingsPerHour"].as_f64().unwrap() > 0.0);
+}
+
+#[test]
+fn single_node_consolidation_replaces_on_demand_with_spot() {
+    let d = disruption("disrupt-single.yaml");
+    assert_eq!(d["method"], "SingleNodeConsolidation");
+    let c = &d["commands"][0];
+    assert_eq!(c["decision"], "replace");
+    assert_eq!(c["candidates"][0], serde_json::json!({"node": "gpu-od", "nodeClaim": "gpu-od", "price": 1.212}));
+    assert_eq!(c["replacements"][0]["instanceTypes"], serde_json::json!(["g5.2xlarge"]));
+    assert_eq!(c["replacements"][0]["capacityTypes"], serde_json::json!(["spot"]));
+    assert_eq!(c["replacements"][0]["worstCasePrice"], 0.509);
+    assert_eq!(c["savingsPerHour"], 0.703);
+}
+
+#[test]
+fn the_split_fallback_is_opt_in_and_replaces_one_node_with_two() {
+    let off = plan_env(&["tests/plan/disrupt-split.yaml"], &[]);
+    assert_eq!(off["disruption"]["method"], Value::Null);
+    let on = plan_env(
+        &["tests/plan/disrupt-split.yaml"],
+        &[("CONSOLIDATION_SPLIT_FALLBACK", "true"), ("MAX_CONSOLIDATION_REPLACEMENTS", "2")],
+    );
+    let c = &on["disruption"]["commands"][0];
+    assert_eq!(c["decision"], "replace");
+    let mut prices: Vec<f64> =
+        c["replacements"].as_array().unwrap().iter().map(|r| r["worstCasePrice"].as_f64().unwrap()).collect();
+    prices.sort_by(f64::total_cmp);
+    assert_eq!(prices, [3.0, 11.0]);
+    assert_eq!(c["savingsPerHour"], 16.0);
+}
+
+#[test]
+fn the_on_demand_to_spot_retry_pins_zones_a_to_e() {
+    let d = plan_env(&["tests/plan/disrupt-od-to-spot.yaml"], &[])["disruption"].clone();
+    let r = &d["commands"][0]["replacements"][0];
+    assert_eq!(r["zones"], serde_json::json!(["a", "b", "c", "d", "e"]));
+    assert_eq!(r["capacityTypes"], serde_json::json!(["spot"]));
+    assert_eq!(r["worstCasePrice"], 0.62);
+    assert_eq!(d["commands"][0]["savingsPerHour"], 0.59);
+    let off = plan_env(&["tests/plan/disrupt-od-to-spot.yaml"], &[("OD_TO_SPOT_CONSOLIDATION", "false")]);
+    assert_eq!(off["disruption"]["method"], Value::Null);
+}
+
+#[test]
+fn policies_pdbs_and_budgets_leave_nodes_with_readable_reasons() {
+    let d = disruption("disrupt-policies.yaml");
+    assert_eq!(d["method"], Value::Null);
+    assert_eq!(stays(&d, "n-careful"), "consolidationPolicy WhenEmpty only removes empty nodes");
+    assert_eq!(stays(&d, "n-web"), "pdb default/web prevents pod evictions");
+    assert_eq!(stays(&d, "n-office"), "budget for Underutilized in NodePool office-hours is 0 until 17:00Z");
+}
+
+#[test]
+fn balanced_explains_a_move_not_worth_its_disruption() {
+    let d = plan_env(&["tests/plan/disrupt-balanced.yaml"], &[])["disruption"].clone();
+    assert_eq!(d["method"], Value::Null);
+    assert!(stays(&d, "busy-small").starts_with("Balanced: saves 4.8% of the pool's cost for 90.0% of its disruption"));
 }

@@ -185,13 +185,14 @@ impl<'a> Simulator<'a> {
                 continue;
             }
             let replacements: Vec<Replacement> = r.claims.iter().map(|p| replacement(p, None, None)).collect();
-            let worst: f64 = replacements.iter().map(|x| x.worst_case_price).sum();
+            // Drift is not a price decision: the estimate is against the likely launch, not the worst case.
+            let likely: f64 = r.claims.iter().filter_map(|p| p.launch.as_ref()).map(|l| l.price).sum();
             let command = Command {
                 decision: if replacements.is_empty() { Decision::Delete } else { Decision::Replace },
                 reason: DisruptionReason::Drifted,
                 candidates: Self::refs(&[c]),
                 replacements,
-                savings_per_hour: c.price - worst,
+                savings_per_hour: c.price - likely,
                 explanation: format!("drifted: {}", c.drift.as_deref().unwrap_or("")),
             };
             return (vec![command], notes);
@@ -490,7 +491,8 @@ impl<'a> Simulator<'a> {
                 let worst: Vec<Option<f64>> = p.types.iter().map(|t| worst_launch_price(t, &p.requirements)).collect();
                 let floor = worst.iter().flatten().copied().fold(f64::INFINITY, f64::min);
                 let kept: Vec<usize> = (0..p.types.len()).filter(|&i| worst[i].is_some_and(|w| w <= floor)).collect();
-                replacement(p, Some(&kept), None)
+                let pin = kept.iter().filter_map(|&i| worst_capacity_type(&p.types[i], &p.requirements)).max();
+                replacement(p, Some(&kept), pin.filter(|c| *c != CapacityType::OnDemand).map(|c| (c, None)))
             })
             .collect();
         let worst: f64 = replacements.iter().map(|x| x.worst_case_price).sum();

@@ -77,10 +77,16 @@ pub struct Replacement {
     /// The zones it may launch in.
     pub zones: Vec<String>,
     /// The most it can cost.
+    #[serde(serialize_with = "rounded")]
     pub worst_case_price: f64,
     /// The plan behind it (requirements, pods).
     #[serde(skip)]
     pub plan: ClaimPlan,
+}
+
+/// Prices are printed to a millionth of a dollar, without float noise.
+fn rounded<S: serde::Serializer>(v: &f64, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_f64((v * 1e6).round() / 1e6)
 }
 
 /// One disruption action.
@@ -96,6 +102,7 @@ pub struct Command {
     /// The capacity it launches first.
     pub replacements: Vec<Replacement>,
     /// The estimated saving per hour (candidates' price minus the replacements' worst case).
+    #[serde(serialize_with = "rounded")]
     pub savings_per_hour: f64,
     /// For a person: how the decision was reached (policy scores, retries).
     #[serde(skip_serializing_if = "String::is_empty")]

@@ -22,7 +22,7 @@ fn itype(name: &str, cpu: i64, gpus: i64, offerings: &[(&str, CapacityType, f64)
     InstanceType {
         name: name.into(),
         labels: [(labels::ARCH.to_owned(), "amd64".to_owned())].into(),
-        capacity: Resources::cpu_memory(cpu * 1000, cpu * 4 << 30)
+        capacity: Resources::cpu_memory(cpu * 1000, (cpu * 4) << 30)
             .with(ResourceName::PODS, 110)
             .with(ResourceName::NVIDIA_GPU, gpus),
         overhead: Default::default(),
