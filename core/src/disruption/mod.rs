@@ -11,6 +11,7 @@
 mod candidates;
 mod consolidation;
 pub mod queue;
+pub mod workload;
 
 use std::time::Instant;
 
