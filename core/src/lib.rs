@@ -13,6 +13,7 @@
 //! - [`scheduling`]: the scheduling simulation (requirements algebra, taints, topology, DaemonSet
 //!   overhead, packing) shared by provisioning and consolidation;
 //! - [`resources`]: compact resource vectors (millicores, bytes, pods and extended resources);
+//! - [`cluster`]: the port controllers write through (and an in-memory implementation);
 //! - [`clock`]: the clock every controller takes, real or virtual;
 //! - [`settings`]: the operator's settings, layered defaults < file < environment < flags.
 //! - [`state`]: the cluster mirror every decision reads;
@@ -29,6 +30,7 @@
 pub mod api;
 pub mod clock;
 pub mod cloud;
+pub mod cluster;
 pub mod disruption;
 pub mod provisioning;
 pub mod resources;

@@ -128,8 +128,8 @@ pub fn scheduler_options(settings: &Settings) -> SchedulerOptions {
     }
 }
 
-/// One provisioning pass: the pending pods (minus those nominated at `now`) and the pods of deleting
-/// nodes, against the cluster and its pools.
+/// One provisioning pass: the pending pods and the pods of deleting nodes, minus those nominated at `now`,
+/// against the cluster and its pools.
 pub fn schedule(
     state: &ClusterState,
     types_for: &dyn Fn(&NodePool) -> Vec<InstanceType>,
@@ -139,8 +139,8 @@ pub fn schedule(
 ) -> Results {
     let pods = state
         .pending_pods()
-        .filter(|p| nominations.target(&p.info.key, now).is_none())
         .chain(state.evicted_pods())
+        .filter(|p| nominations.target(&p.info.key, now).is_none())
         .map(|p| p.info.clone())
         .collect();
     let nodes = state.nodes.iter().map(|n| n.as_existing()).collect();

@@ -1,1 +1,550 @@
-//! The disruption queue: executing commands safely (filled in with the orchestration).
+//! Executing disruption commands safely: the validation window, the queue's ordering, waiting for
+//! replacements to initialize, and rollback.
+//!
+//! Starting a command does four things, in this order: taint the candidates `karpenter.sh/disrupted` and
+//! record their disruption reason; create the replacement claims; mark the candidates for deletion; nominate
+//! their pods to the replacements. Creating replacements before marking is what keeps provisioning from
+//! buying capacity for the same pods twice: by the time the candidates' pods look evictable, they are
+//! already nominated to capacity on its way. Candidates are deleted only once every replacement is
+//! initialized; a replacement that disappears, or does not initialize before the deadline (which grows with
+//! the queue), rolls the command back.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use jiff::Timestamp;
+
+use super::{Command, Decision, Inputs, Method, Simulator, allowances, candidates};
+use crate::api::labels;
+use crate::clock;
+use crate::cluster::{ClaimProgress, Cluster, ClusterError};
+use crate::provisioning::{self, Nominations};
+use crate::scheduling::taints;
+use crate::settings::Settings;
+use crate::state::ClusterState;
+
+/// The shortest a command may wait for its replacements.
+pub const MIN_RETRY: Duration = Duration::from_secs(600);
+/// The longest a command may wait for its replacements.
+pub const MAX_RETRY: Duration = Duration::from_secs(3600);
+/// How much each queued command adds to the wait.
+pub const RETRY_SCALE: Duration = Duration::from_millis(80);
+
+/// How long a command may wait for its replacements with `depth` commands queued.
+pub fn retry_duration(depth: usize) -> Duration {
+    (RETRY_SCALE * depth as u32).clamp(MIN_RETRY, MAX_RETRY)
+}
+
+#[derive(Debug, Clone)]
+struct Item {
+    command: Command,
+    replacements: Vec<String>,
+    deadline: Timestamp,
+}
+
+/// What became of a queued command.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// Every replacement initialized and the candidates' claims were deleted.
+    Completed {
+        /// The candidates' claims.
+        claims: Vec<String>,
+    },
+    /// The command failed and was undone.
+    RolledBack {
+        /// The candidates' nodes.
+        nodes: Vec<String>,
+        /// Why.
+        reason: String,
+    },
+}
+
+/// The disruption queue.
+#[derive(Debug, Default)]
+pub struct Queue {
+    items: Vec<Item>,
+    marked: BTreeSet<String>,
+    /// Commands that failed and were rolled back (`DisruptionQueueFailuresTotal`).
+    pub failures_total: u64,
+    /// Commands that completed.
+    pub completed_total: u64,
+}
+
+impl Queue {
+    /// An empty queue.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Whether a node is marked for deletion by a queued command.
+    pub fn is_marked(&self, node: &str) -> bool {
+        self.marked.contains(node)
+    }
+
+    /// How many commands are in flight.
+    pub fn len(&self) -> usize {
+        self.items.len()
+    }
+
+    /// Whether no command is in flight.
+    pub fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+
+    /// Marks the queue's candidates as deleting in a state snapshot, so provisioning reschedules their pods.
+    pub fn apply(&self, state: &mut ClusterState) {
+        for n in state.nodes.iter_mut().filter(|n| self.marked.contains(&n.name)) {
+            n.deleting = true;
+        }
+    }
+
+    /// Starts a command: taint and record the reason, create replacements, mark for deletion, nominate.
+    /// Anything half-done is undone if a write fails.
+    #[allow(clippy::too_many_arguments)]
+    pub fn start(
+        &mut self,
+        command: Command,
+        state: &ClusterState,
+        cluster: &mut dyn Cluster,
+        nominations: &mut Nominations,
+        settings: &Settings,
+        now: Timestamp,
+        name_for: &mut dyn FnMut(&str) -> String,
+    ) -> Result<(), ClusterError> {
+        if let Some(c) = command.candidates.iter().find(|c| self.marked.contains(&c.node)) {
+            return Err(ClusterError::Write {
+                object: c.node.clone(),
+                message: "already in a disruption command".into(),
+            });
+        }
+        let disrupted = taints::taint(labels::DISRUPTED_TAINT, None, "NoSchedule");
+        // 1. Taint the candidates and record why.
+        for c in &command.candidates {
+            let step = cluster
+                .taint_node(&c.node, disrupted.clone())
+                .and_then(|()| cluster.set_disruption_reason(&c.node_claim, Some(command.reason), now));
+            if let Err(e) = step {
+                self.undo(&command, cluster, now);
+                return Err(e);
+            }
+        }
+        // 2. Create the replacements before anything looks deleted.
+        let mut created = Vec::new();
+        for r in &command.replacements {
+            let Some(pool) = state.pool(&r.plan.pool) else { continue };
+            let name = name_for(pool.name());
+            if let Err(e) = cluster.create_claim(provisioning::node_claim(&r.plan, pool, &name)) {
+                self.undo(&command, cluster, now);
+                return Err(e);
+            }
+            created.push(name);
+        }
+        // 3. Mark the candidates for deletion.
+        for c in &command.candidates {
+            self.marked.insert(c.node.clone());
+        }
+        // 4. Nominate the pods to the capacity on its way.
+        let until =
+            clock::add(now, provisioning::Nominations::window(settings).max(retry_duration(self.items.len() + 1)));
+        for (r, name) in command.replacements.iter().zip(&created) {
+            for pod in &r.plan.pods {
+                nominations.nominate(pod, name, until);
+            }
+        }
+        let deadline = clock::add(now, retry_duration(self.items.len() + 1));
+        self.items.push(Item { command, replacements: created, deadline });
+        Ok(())
+    }
+
+    fn undo(&mut self, command: &Command, cluster: &mut dyn Cluster, now: Timestamp) {
+        for c in &command.candidates {
+            let _ = cluster.untaint_node(&c.node, labels::DISRUPTED_TAINT);
+            let _ = cluster.set_disruption_reason(&c.node_claim, None, now);
+            self.marked.remove(&c.node);
+        }
+    }
+
+    /// Advances every queued command: delete candidates whose replacements all initialized, roll back
+    /// those whose replacements vanished or ran out of time.
+    pub fn reconcile(&mut self, cluster: &mut dyn Cluster, now: Timestamp) -> Vec<Outcome> {
+        let mut outcomes = Vec::new();
+        let items = std::mem::take(&mut self.items);
+        for item in items {
+            let progress: Vec<ClaimProgress> = item.replacements.iter().map(|r| cluster.claim_progress(r)).collect();
+            let failure = if progress.contains(&ClaimProgress::Missing) {
+                Some("a replacement was deleted before it initialized".to_owned())
+            } else if now >= item.deadline && !progress.iter().all(|p| *p == ClaimProgress::Initialized) {
+                Some("replacements did not initialize in time".to_owned())
+            } else {
+                None
+            };
+            if let Some(reason) = failure {
+                self.undo(&item.command, cluster, now);
+                self.failures_total += 1;
+                outcomes.push(Outcome::RolledBack {
+                    nodes: item.command.candidates.iter().map(|c| c.node.clone()).collect(),
+                    reason,
+                });
+                continue;
+            }
+            if progress.iter().all(|p| *p == ClaimProgress::Initialized) {
+                let claims: Vec<String> = item.command.candidates.iter().map(|c| c.node_claim.clone()).collect();
+                let mut failed = false;
+                for c in &claims {
+                    failed |= cluster.delete_claim(c).is_err();
+                }
+                if failed {
+                    // Transient: try the deletes again next time.
+                    self.items.push(item);
+                    continue;
+                }
+                for c in &item.command.candidates {
+                    self.marked.remove(&c.node);
+                }
+                self.completed_total += 1;
+                outcomes.push(Outcome::Completed { claims });
+                continue;
+            }
+            self.items.push(item);
+        }
+        outcomes
+    }
+}
+
+/// Re-checks a command against live state after the validation window: every candidate must still be a
+/// candidate within budget, and the simulation must reproduce the decision. Returns the fresh command, or
+/// why it is stale.
+pub fn validate(command: &Command, method: Method, inputs: &Inputs<'_>) -> Result<Command, String> {
+    let (cands, blocked) = candidates(inputs.state, inputs.types_for, inputs.now);
+    let mut chosen = Vec::new();
+    for c in &command.candidates {
+        if let Some(b) = blocked.iter().find(|b| b.node == c.node) {
+            return Err(format!("{}: {}", c.node, b.reason));
+        }
+        match cands.iter().find(|x| x.node == c.node) {
+            Some(x) => chosen.push(x),
+            None => return Err(format!("{} is gone or being deleted", c.node)),
+        }
+    }
+    for (pool, allowed, _) in allowances(inputs.state, command.reason, inputs.now) {
+        let wanted = chosen.iter().filter(|c| c.pool == pool).count() as u64;
+        if wanted > allowed {
+            return Err(format!("the {} budget of NodePool {pool} now allows {allowed}", command.reason));
+        }
+    }
+    match method {
+        Method::Emptiness => match chosen.iter().find(|c| !c.is_empty()) {
+            Some(c) => Err(format!("{} is no longer empty", c.node)),
+            None => Ok(command.clone()),
+        },
+        Method::Drift | Method::StaticDrift => match chosen.iter().find(|c| c.drift.is_none()) {
+            Some(c) => Err(format!("{} no longer drifts", c.node)),
+            None => Ok(command.clone()),
+        },
+        Method::MultiNodeConsolidation | Method::SingleNodeConsolidation => {
+            let mut sim = Simulator::new(inputs, &cands);
+            let fresh = sim.consolidate(&chosen, method == Method::MultiNodeConsolidation)?;
+            if fresh.decision != command.decision
+                || fresh.replacements.len() != command.replacements.len()
+                || (fresh.decision == Decision::Replace && fresh.savings_per_hour <= 0.0)
+            {
+                return Err(format!(
+                    "the simulation no longer reproduces the command (now {:?} with {} replacement(s))",
+                    fresh.decision,
+                    fresh.replacements.len()
+                ));
+            }
+            Ok(fresh)
+        }
+    }
+}
+
+/// Something the disruption controller did, for events and logs.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Event {
+    /// A command was computed and waits out the validation window.
+    Proposed {
+        /// The method.
+        method: Method,
+        /// The candidates' nodes.
+        nodes: Vec<String>,
+    },
+    /// A command failed validation and was dropped.
+    Rejected {
+        /// The candidates' nodes.
+        nodes: Vec<String>,
+        /// Why.
+        reason: String,
+    },
+    /// A command entered the queue.
+    Started {
+        /// The candidates' nodes.
+        nodes: Vec<String>,
+    },
+    /// A queued command finished or was undone.
+    Finished(Outcome),
+}
+
+#[derive(Debug, Clone)]
+struct Proposal {
+    command: Command,
+    method: Method,
+    ready_at: Timestamp,
+}
+
+/// The disruption controller: a pass every `disruption-poll-period`, commands held for the validation
+/// window, then queued.
+#[derive(Debug, Default)]
+pub struct Controller {
+    /// The queue of commands in flight.
+    pub queue: Queue,
+    proposals: Vec<Proposal>,
+    next_pass: Option<Timestamp>,
+}
+
+impl Controller {
+    /// A controller with an empty queue.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Advances the controller to `inputs.now`. `inputs.state` should already carry the queue's marks
+    /// ([`Queue::apply`]).
+    pub fn tick(
+        &mut self,
+        inputs: &Inputs<'_>,
+        cluster: &mut dyn Cluster,
+        nominations: &mut Nominations,
+        name_for: &mut dyn FnMut(&str) -> String,
+    ) -> Vec<Event> {
+        let now = inputs.now;
+        let mut events: Vec<Event> = self.queue.reconcile(cluster, now).into_iter().map(Event::Finished).collect();
+        if !self.proposals.is_empty() {
+            if now < self.proposals[0].ready_at {
+                return events;
+            }
+            for p in std::mem::take(&mut self.proposals) {
+                let nodes: Vec<String> = p.command.candidates.iter().map(|c| c.node.clone()).collect();
+                match validate(&p.command, p.method, inputs) {
+                    Ok(fresh) => match self.queue.start(
+                        fresh,
+                        inputs.state,
+                        cluster,
+                        nominations,
+                        inputs.settings,
+                        now,
+                        name_for,
+                    ) {
+                        Ok(()) => events.push(Event::Started { nodes }),
+                        Err(e) => events.push(Event::Rejected { nodes, reason: e.to_string() }),
+                    },
+                    Err(reason) => events.push(Event::Rejected { nodes, reason }),
+                }
+            }
+            return events;
+        }
+        if self.next_pass.is_some_and(|t| now < t) {
+            return events;
+        }
+        self.next_pass = Some(clock::add(now, inputs.settings.disruption_poll_period));
+        let pass = super::compute(inputs);
+        if let Some(method) = pass.method {
+            let ready_at = clock::add(now, inputs.settings.command_validation_delay);
+            for command in pass.commands {
+                let nodes = command.candidates.iter().map(|c| c.node.clone()).collect();
+                events.push(Event::Proposed { method, nodes });
+                self.proposals.push(Proposal { command, method, ready_at });
+            }
+        }
+        events
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::{NodePool, condition_types};
+    use crate::cloud::{CapacityType, InstanceType, Offering};
+    use crate::cluster::InMemoryCluster;
+    use crate::resources::{ResourceName, Resources};
+    use k8s_openapi::api::core::v1::{Node, Pod};
+    use serde_json::json;
+
+    fn t(secs: u64) -> Timestamp {
+        clock::add("2026-03-04T12:00:00Z".parse().unwrap(), Duration::from_secs(secs))
+    }
+
+    fn catalog() -> Vec<InstanceType> {
+        vec![InstanceType {
+            name: "g5.2xlarge".into(),
+            labels: Default::default(),
+            capacity: Resources::cpu_memory(8000, 32 << 30)
+                .with(ResourceName::PODS, 58)
+                .with(ResourceName::NVIDIA_GPU, 1),
+            overhead: Default::default(),
+            offerings: vec![
+                Offering::new("a", CapacityType::OnDemand, 1.21),
+                Offering::new("a", CapacityType::Spot, 0.51),
+            ],
+        }]
+    }
+
+    fn objects(extra_pod_annotations: serde_json::Value) -> (Vec<Pod>, Vec<Node>, Vec<NodePool>) {
+        let node: Node = serde_json::from_value(json!({
+            "metadata": {"name": "od", "labels": {labels::NODE_POOL: "gpu", labels::INSTANCE_TYPE: "g5.2xlarge",
+                labels::ZONE: "a", labels::CAPACITY_TYPE: "on-demand", labels::INITIALIZED: "true"}},
+            "status": {"allocatable": {"cpu": "8", "memory": "32Gi", "pods": "58", "nvidia.com/gpu": "1"},
+                "conditions": [{"type": "Ready", "status": "True"}]}
+        }))
+        .unwrap();
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": {"name": "inference", "namespace": "ml", "annotations": extra_pod_annotations},
+            "spec": {"nodeName": "od", "containers": [{"name": "c", "resources": {"requests": {"cpu": "4", "nvidia.com/gpu": "1"}}}]},
+            "status": {"phase": "Running"}
+        }))
+        .unwrap();
+        let pool: NodePool = serde_json::from_value(json!({"apiVersion": "karpenter.sh/v1", "kind": "NodePool",
+            "metadata": {"name": "gpu"}, "spec": {}}))
+        .unwrap();
+        (vec![pod], vec![node], vec![pool])
+    }
+
+    struct World {
+        pods: Vec<Pod>,
+        nodes: Vec<Node>,
+        pools: Vec<NodePool>,
+        types: Vec<InstanceType>,
+        settings: Settings,
+        cluster: InMemoryCluster,
+        nominations: Nominations,
+        controller: Controller,
+        seq: usize,
+    }
+
+    impl World {
+        fn new() -> Self {
+            let (pods, nodes, pools) = objects(json!({}));
+            Self {
+                pods,
+                nodes,
+                pools,
+                types: catalog(),
+                settings: Settings::default(),
+                cluster: InMemoryCluster::default(),
+                nominations: Nominations::default(),
+                controller: Controller::new(),
+                seq: 0,
+            }
+        }
+
+        fn state(&self, now: Timestamp) -> ClusterState {
+            let mut s = ClusterState::from_objects(&self.pods, &self.nodes, &[], &[], &[], &self.pools, now).unwrap();
+            self.controller.queue.apply(&mut s);
+            s
+        }
+
+        fn tick(&mut self, now: Timestamp) -> Vec<Event> {
+            let state = self.state(now);
+            let types = self.types.clone();
+            let types_for = move |_: &NodePool| types.clone();
+            let inputs = Inputs { state: &state, types_for: &types_for, settings: &self.settings, now };
+            let seq = &mut self.seq;
+            let mut name_for = |pool: &str| {
+                *seq += 1;
+                format!("{pool}-r{seq}")
+            };
+            self.controller.tick(&inputs, &mut self.cluster, &mut self.nominations, &mut name_for)
+        }
+
+        fn provision(&mut self, nominations: &mut Nominations, now: Timestamp) -> usize {
+            let state = self.state(now);
+            let types = self.types.clone();
+            let types_for = move |_: &NodePool| types.clone();
+            provisioning::schedule(&state, &types_for, nominations, &self.settings, now).claims.len()
+        }
+    }
+
+    #[test]
+    fn a_command_waits_for_validation_then_replaces_before_it_deletes() {
+        let mut w = World::new();
+        let events = w.tick(t(0));
+        assert!(matches!(&events[..], [Event::Proposed { method: Method::SingleNodeConsolidation, .. }]), "{events:?}");
+        assert!(w.tick(t(10)).is_empty(), "nothing happens inside the 15 s window");
+        assert!(w.cluster.log.is_empty());
+        let events = w.tick(t(15));
+        assert_eq!(events, [Event::Started { nodes: vec!["od".into()] }]);
+        // The spec's order: taint and reason first, then the replacement.
+        assert_eq!(w.cluster.log, ["taint od karpenter.sh/disrupted", "reason od Underutilized", "create gpu-r1"]);
+        assert!(w.controller.queue.is_marked("od"));
+        // The pods of the marked node are nominated to the replacement: provisioning buys nothing for them.
+        let mut nominations = w.nominations.clone();
+        assert_eq!(w.provision(&mut nominations, t(16)), 0, "no double launch");
+        // Had the node been marked deleting before the replacement existed (no nominations yet), the same
+        // provisioning pass would have bought capacity for its pods a second time.
+        assert_eq!(w.provision(&mut Nominations::default(), t(16)), 1);
+        // The candidate is only deleted once the replacement is initialized.
+        assert!(w.tick(t(30)).is_empty());
+        assert!(w.cluster.deleted.is_empty());
+        w.cluster.initialize("gpu-r1", t(90));
+        let events = w.tick(t(91));
+        assert_eq!(events, [Event::Finished(Outcome::Completed { claims: vec!["od".into()] })]);
+        assert_eq!(w.cluster.deleted, ["od"]);
+        assert_eq!(w.controller.queue.completed_total, 1);
+    }
+
+    #[test]
+    fn a_replacement_that_never_initializes_rolls_everything_back() {
+        let mut w = World::new();
+        w.tick(t(0));
+        w.tick(t(15));
+        assert_eq!(w.cluster.taints["od"].len(), 1);
+        assert!(w.cluster.claims["od"].condition(condition_types::DISRUPTION_REASON).is_some());
+        assert!(w.tick(t(15 + 599)).is_empty(), "the deadline is 10 minutes with one command queued");
+        let events = w.tick(t(15 + 600));
+        assert!(
+            matches!(&events[..], [Event::Finished(Outcome::RolledBack { reason, .. })] if reason.contains("in time")),
+            "{events:?}"
+        );
+        assert!(w.cluster.taints["od"].is_empty(), "untainted");
+        assert!(w.cluster.claims["od"].condition(condition_types::DISRUPTION_REASON).is_none(), "reason cleared");
+        assert!(!w.controller.queue.is_marked("od"), "unmarked, so a later pass can re-evaluate it");
+        assert_eq!(w.controller.queue.failures_total, 1);
+        assert!(w.cluster.deleted.is_empty(), "the on-demand node stays");
+    }
+
+    #[test]
+    fn a_deleted_replacement_fails_the_command_at_once() {
+        let mut w = World::new();
+        w.tick(t(0));
+        w.tick(t(15));
+        w.cluster.claims.remove("gpu-r1");
+        let events = w.tick(t(20));
+        assert!(
+            matches!(&events[..], [Event::Finished(Outcome::RolledBack { reason, .. })] if reason.contains("deleted"))
+        );
+        assert_eq!(w.controller.queue.failures_total, 1);
+    }
+
+    #[test]
+    fn a_stale_command_is_rejected_with_a_reason_and_nothing_is_written() {
+        let mut w = World::new();
+        w.tick(t(0));
+        // Inside the window, the pod becomes protected.
+        let (pods, _, _) = objects(json!({labels::DO_NOT_DISRUPT: "true"}));
+        w.pods = pods;
+        let events = w.tick(t(15));
+        assert!(
+            matches!(&events[..], [Event::Rejected { reason, .. }] if reason.contains("do-not-disrupt")),
+            "{events:?}"
+        );
+        assert!(w.cluster.log.is_empty());
+        assert!(!w.controller.queue.is_marked("od"));
+    }
+
+    #[test]
+    fn retry_duration_scales_with_queue_depth() {
+        assert_eq!(retry_duration(1), MIN_RETRY);
+        assert_eq!(retry_duration(10_000), Duration::from_secs(800));
+        assert_eq!(retry_duration(100_000), MAX_RETRY);
+    }
+}

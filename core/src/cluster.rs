@@ -1,0 +1,155 @@
+//! The port between controllers and Kubernetes: the writes decisions turn into.
+//!
+//! Controllers never talk to an API server directly; they call a [`Cluster`]. `tenon run` implements it on
+//! kube-rs, `tenon simulate` on its virtual cluster, and tests on [`InMemoryCluster`].
+
+use std::collections::{BTreeMap, HashMap};
+
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::Taint;
+
+use crate::api::{ConditionStatus, DisruptionReason, NodeClaim, condition_types};
+
+/// Why a write failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ClusterError {
+    /// The object does not exist.
+    #[error("{0} not found")]
+    NotFound(String),
+    /// The API server refused or failed the write.
+    #[error("{object}: {message}")]
+    Write {
+        /// The object.
+        object: String,
+        /// What happened.
+        message: String,
+    },
+}
+
+/// How far a claim has come.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClaimProgress {
+    /// The claim is gone (deleted, or its launch failed for good).
+    Missing,
+    /// Launched or registering, not yet initialized.
+    Pending,
+    /// Initialized: Ready, startup taints gone, resources reported.
+    Initialized,
+}
+
+/// The writes controllers make.
+pub trait Cluster {
+    /// Adds a taint to a node (idempotent).
+    fn taint_node(&mut self, node: &str, taint: Taint) -> Result<(), ClusterError>;
+    /// Removes the taint with `key` from a node (idempotent).
+    fn untaint_node(&mut self, node: &str, key: &str) -> Result<(), ClusterError>;
+    /// Sets (or, with `None`, clears) the `DisruptionReason` condition of a claim.
+    fn set_disruption_reason(
+        &mut self,
+        claim: &str,
+        reason: Option<DisruptionReason>,
+        now: Timestamp,
+    ) -> Result<(), ClusterError>;
+    /// Creates a claim.
+    fn create_claim(&mut self, claim: NodeClaim) -> Result<(), ClusterError>;
+    /// Deletes a claim (its node follows through termination).
+    fn delete_claim(&mut self, claim: &str) -> Result<(), ClusterError>;
+    /// How far a claim has come.
+    fn claim_progress(&self, claim: &str) -> ClaimProgress;
+}
+
+/// An in-memory cluster for tests and the simulator.
+#[derive(Debug, Default, Clone)]
+pub struct InMemoryCluster {
+    /// Taints per node.
+    pub taints: BTreeMap<String, Vec<Taint>>,
+    /// Claims by name.
+    pub claims: BTreeMap<String, NodeClaim>,
+    /// Claims deleted, in order.
+    pub deleted: Vec<String>,
+    /// Every write, in order, for assertions on ordering.
+    pub log: Vec<String>,
+    /// Writes to fail, by claim or node name.
+    pub fail_writes: HashMap<String, String>,
+}
+
+impl InMemoryCluster {
+    /// Marks a claim initialized.
+    pub fn initialize(&mut self, claim: &str, now: Timestamp) {
+        if let Some(c) = self.claims.get_mut(claim) {
+            c.set_condition(condition_types::INITIALIZED, ConditionStatus::True, "Initialized", "", now);
+        }
+    }
+
+    fn check(&self, object: &str) -> Result<(), ClusterError> {
+        match self.fail_writes.get(object) {
+            Some(message) => Err(ClusterError::Write { object: object.to_owned(), message: message.clone() }),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Cluster for InMemoryCluster {
+    fn taint_node(&mut self, node: &str, taint: Taint) -> Result<(), ClusterError> {
+        self.check(node)?;
+        self.log.push(format!("taint {node} {}", taint.key));
+        let taints = self.taints.entry(node.to_owned()).or_default();
+        if !taints.iter().any(|t| t.key == taint.key && t.effect == taint.effect) {
+            taints.push(taint);
+        }
+        Ok(())
+    }
+
+    fn untaint_node(&mut self, node: &str, key: &str) -> Result<(), ClusterError> {
+        self.check(node)?;
+        self.log.push(format!("untaint {node} {key}"));
+        if let Some(t) = self.taints.get_mut(node) {
+            t.retain(|t| t.key != key);
+        }
+        Ok(())
+    }
+
+    fn set_disruption_reason(
+        &mut self,
+        claim: &str,
+        reason: Option<DisruptionReason>,
+        now: Timestamp,
+    ) -> Result<(), ClusterError> {
+        self.check(claim)?;
+        self.log.push(format!("reason {claim} {}", reason.map(|r| r.as_str()).unwrap_or("-")));
+        let c = self.claims.entry(claim.to_owned()).or_insert_with(|| NodeClaim::new(claim, Default::default()));
+        match reason {
+            Some(r) => c.set_condition(condition_types::DISRUPTION_REASON, ConditionStatus::True, r.as_str(), "", now),
+            None => {
+                if let Some(st) = c.status.as_mut() {
+                    st.conditions.retain(|x| x.type_ != condition_types::DISRUPTION_REASON);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn create_claim(&mut self, claim: NodeClaim) -> Result<(), ClusterError> {
+        self.check(claim.name())?;
+        self.log.push(format!("create {}", claim.name()));
+        self.claims.insert(claim.name().to_owned(), claim);
+        Ok(())
+    }
+
+    fn delete_claim(&mut self, claim: &str) -> Result<(), ClusterError> {
+        self.check(claim)?;
+        self.log.push(format!("delete {claim}"));
+        self.claims.remove(claim);
+        self.deleted.push(claim.to_owned());
+        Ok(())
+    }
+
+    fn claim_progress(&self, claim: &str) -> ClaimProgress {
+        match self.claims.get(claim) {
+            None => ClaimProgress::Missing,
+            Some(c) if c.is_initialized() => ClaimProgress::Initialized,
+            Some(_) => ClaimProgress::Pending,
+        }
+    }
+}
