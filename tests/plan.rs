@@ -327,3 +327,12 @@ fn balanced_explains_a_move_not_worth_its_disruption() {
     assert_eq!(d["method"], Value::Null);
     assert!(stays(&d, "busy-small").starts_with("Balanced: saves 4.8% of the pool's cost for 90.0% of its disruption"));
 }
+
+#[test]
+fn static_drift_deletes_a_drifted_node_of_a_replica_pinned_pool() {
+    let d = disruption("disrupt-static-drift.yaml");
+    assert_eq!(d["method"], "StaticDrift");
+    let c = &d["commands"][0];
+    assert_eq!((c["decision"].as_str(), c["reason"].as_str()), (Some("delete"), Some("Drifted")));
+    assert_eq!(c["candidates"][0]["nodeClaim"], "pinned-old");
+}

@@ -157,7 +157,9 @@ impl<'a> Simulator<'a> {
                 notes.push(budget_note(c, DisruptionReason::Drifted, until.as_deref()));
                 continue;
             }
-            if c.is_empty() {
+            if c.is_empty() || static_pools {
+                // A static pool keeps its replica count: its controller brings a node of the new template
+                // back as the drifted one goes, so no replacement is simulated.
                 *left -= 1;
                 empties.push(c);
                 continue;
@@ -206,7 +208,11 @@ impl<'a> Simulator<'a> {
             savings_per_hour: empties.iter().map(|c| c.price).sum(),
             candidates: Self::refs(&empties),
             replacements: Vec::new(),
-            explanation: "drifted and empty".into(),
+            explanation: if static_pools {
+                "drifted in a static pool; its replica count brings a node of the current template back".into()
+            } else {
+                "drifted and empty".into()
+            },
         };
         (vec![command], notes)
     }
