@@ -38,3 +38,6 @@ pub mod scheduling;
 pub mod settings;
 pub mod snapshot;
 pub mod state;
+
+#[cfg(test)]
+mod testing;

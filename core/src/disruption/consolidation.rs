@@ -385,29 +385,35 @@ impl<'a> Simulator<'a> {
             }
             return Err("can't replace with a lower-priced node".into());
         }
-        let worst = kept.iter().filter_map(|&i| worst_launch_price(&plan.types[i], reqs)).fold(0.0_f64, f64::max);
         // The worst case was priced on the first capacity type each option can use; pin the launch to it so
         // a fallback cannot cost more.
         let pinned = kept.iter().filter_map(|&i| worst_capacity_type(&plan.types[i], reqs)).max();
         if pinned == Some(CapacityType::Spot) && cands.iter().any(|c| c.capacity_type != Some(CapacityType::Spot)) {
             explanation = "replacement pinned to spot, where its worst case was priced".into();
         }
-        let savings = price - worst;
-        self.check_min_savings(
-            savings,
-            price,
-            s.consolidation_replace_min_savings,
-            "consolidation-replace-min-savings",
-        )?;
+        let pin = pinned.filter(|c| *c != CapacityType::OnDemand).map(|c| (c, None));
+        self.replace_with(cands, price, plan, &kept, pin, explanation)
+    }
+
+    /// A replace command onto `kept` options of `plan`, if it clears the savings floor.
+    fn replace_with(
+        &self,
+        cands: &[&Candidate],
+        price: f64,
+        plan: &ClaimPlan,
+        kept: &[usize],
+        pin: Option<(CapacityType, Option<Vec<String>>)>,
+        explanation: String,
+    ) -> Result<Command, String> {
+        let r = replacement(plan, Some(kept), pin);
+        let savings = price - r.worst_case_price;
+        let floor = self.settings().consolidation_replace_min_savings;
+        self.check_min_savings(savings, price, floor, "consolidation-replace-min-savings")?;
         Ok(Command {
             decision: Decision::Replace,
             reason: DisruptionReason::Underutilized,
             candidates: Self::refs(cands),
-            replacements: vec![replacement(
-                plan,
-                Some(&kept),
-                pinned.filter(|c| *c != CapacityType::OnDemand).map(|c| (c, None)),
-            )],
+            replacements: vec![r],
             savings_per_hour: savings,
             explanation,
         })
@@ -448,23 +454,8 @@ impl<'a> Simulator<'a> {
         if kept.is_empty() {
             return Err("can't replace with a lower-priced node, even as spot in its cheaper zones".into());
         }
-        let worst = kept.iter().filter_map(|&i| worst_launch_price(&plan.types[i], &spot)).fold(0.0_f64, f64::max);
-        let savings = price - worst;
-        let s = self.settings();
-        self.check_min_savings(
-            savings,
-            price,
-            s.consolidation_replace_min_savings,
-            "consolidation-replace-min-savings",
-        )?;
-        Ok(Command {
-            decision: Decision::Replace,
-            reason: DisruptionReason::Underutilized,
-            candidates: Self::refs(cands),
-            replacements: vec![replacement(plan, Some(&kept), Some((CapacityType::Spot, Some(zones.clone()))))],
-            savings_per_hour: savings,
-            explanation: format!("on-demand → spot retry: pinned to spot in {}", zones.join(", ")),
-        })
+        let explanation = format!("on-demand → spot retry: pinned to spot in {}", zones.join(", "));
+        self.replace_with(cands, price, plan, &kept, Some((CapacityType::Spot, Some(zones))), explanation)
     }
 
     /// The 1→N split fallback: re-simulate under a price ceiling at the candidate's price.

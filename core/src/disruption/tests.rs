@@ -11,6 +11,7 @@ use crate::cloud::{CapacityType, InstanceType, Offering};
 use crate::resources::{ResourceName, Resources};
 use crate::settings::{self, Settings};
 use crate::state::ClusterState;
+use crate::testing::merge;
 
 const NOW: &str = "2026-03-04T12:00:00Z";
 
@@ -112,17 +113,6 @@ impl Fleet {
         let (cands, _) = candidates(&state, &types_for, now());
         let mut sim = Simulator::new(&inputs, &cands);
         sim.single_node(&cands, std::time::Instant::now())
-    }
-}
-
-fn merge(a: &mut Value, b: Value) {
-    match (a, b) {
-        (Value::Object(a), Value::Object(b)) => {
-            for (k, v) in b {
-                merge(a.entry(k).or_insert(Value::Null), v);
-            }
-        }
-        (a, b) => *a = b,
     }
 }
 

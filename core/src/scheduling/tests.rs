@@ -8,6 +8,7 @@ use crate::api::{NodePool, NodePoolSpec, labels};
 use crate::cloud::fake::instance_type;
 use crate::cloud::{CapacityType, InstanceType, Offering};
 use crate::resources::{ResourceName, Resources};
+use crate::testing::merge;
 
 fn pod_with(name: &str, cpu: &str, spec_extra: Value, labels_: Value) -> PodInfo {
     let mut spec = json!({"containers": [{"name": "c", "resources": {"requests": {"cpu": cpu, "memory": "1Gi"}}}]});
@@ -33,17 +34,6 @@ fn pool_from(yaml: Value) -> NodePool {
         json!({"apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": "default"}, "spec": {}});
     merge(&mut v, yaml);
     serde_json::from_value(v).unwrap()
-}
-
-fn merge(a: &mut Value, b: Value) {
-    match (a, b) {
-        (Value::Object(a), Value::Object(b)) => {
-            for (k, v) in b {
-                merge(a.entry(k).or_insert(Value::Null), v);
-            }
-        }
-        (a, b) => *a = b,
-    }
 }
 
 fn input(pool: NodePool, types: Vec<InstanceType>) -> PoolInput {
