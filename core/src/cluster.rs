@@ -6,7 +6,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::Taint;
+use k8s_openapi::api::core::v1::{Node, Taint};
 
 use crate::api::{ConditionStatus, DisruptionReason, NodeClaim, condition_types};
 
@@ -72,6 +72,54 @@ pub struct InMemoryCluster {
     pub log: Vec<String>,
     /// Writes to fail, by claim or node name.
     pub fail_writes: HashMap<String, String>,
+    /// Nodes by name.
+    pub nodes: BTreeMap<String, Node>,
+}
+
+/// The objects the lifecycle controllers read and write.
+pub trait Objects {
+    /// Every claim.
+    fn claims(&self) -> Vec<NodeClaim>;
+    /// One claim.
+    fn claim(&self, name: &str) -> Option<NodeClaim>;
+    /// Creates or updates a claim (metadata, spec and status).
+    fn put_claim(&mut self, claim: NodeClaim);
+    /// Removes a claim whose finalizer was released.
+    fn remove_claim(&mut self, name: &str);
+    /// Every node.
+    fn nodes(&self) -> Vec<Node>;
+    /// Creates or updates a node.
+    fn put_node(&mut self, node: Node);
+    /// Removes a node.
+    fn remove_node(&mut self, name: &str);
+}
+
+impl Objects for InMemoryCluster {
+    fn claims(&self) -> Vec<NodeClaim> {
+        self.claims.values().cloned().collect()
+    }
+    fn claim(&self, name: &str) -> Option<NodeClaim> {
+        self.claims.get(name).cloned()
+    }
+    fn put_claim(&mut self, claim: NodeClaim) {
+        self.claims.insert(claim.name().to_owned(), claim);
+    }
+    fn remove_claim(&mut self, name: &str) {
+        if self.claims.remove(name).is_some() {
+            self.log.push(format!("removed {name}"));
+        }
+    }
+    fn nodes(&self) -> Vec<Node> {
+        self.nodes.values().cloned().collect()
+    }
+    fn put_node(&mut self, node: Node) {
+        self.nodes.insert(node.metadata.name.clone().unwrap_or_default(), node);
+    }
+    fn remove_node(&mut self, name: &str) {
+        if self.nodes.remove(name).is_some() {
+            self.log.push(format!("removed node {name}"));
+        }
+    }
 }
 
 impl InMemoryCluster {

@@ -19,6 +19,8 @@
 //! - [`state`]: the cluster mirror every decision reads;
 //! - [`disruption`]: the disruption ladder (emptiness, drift, multi- and single-node consolidation) and
 //!   its command queue;
+//! - [`lifecycle`]: a claim's life (launch, registration, initialization, timeouts, leases) and garbage
+//!   collection;
 //! - [`provisioning`]: pending pods into NodeClaims (batching, one scheduling pass, nominations);
 //! - [`snapshot`]: cluster snapshots (Kubernetes objects and instance catalogs) read from YAML files.
 //!
@@ -32,6 +34,7 @@ pub mod clock;
 pub mod cloud;
 pub mod cluster;
 pub mod disruption;
+pub mod lifecycle;
 pub mod provisioning;
 pub mod resources;
 pub mod scheduling;

@@ -1,0 +1,520 @@
+//! A claim's life: launch, registration, initialization, liveness timeouts, lease expiry, finalization,
+//! and garbage collection in both directions.
+//!
+//! [`Lifecycle::reconcile`] advances one claim as far as it can at `now` and says when to look again;
+//! [`Lifecycle::collect_garbage`] reconciles the claims against what the providers list. Both run over the
+//! [`Objects`] port and the [`ProviderRegistry`], so they are tested in virtual time against `FakeCloud`.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
+
+use crate::api::{ConditionStatus, NodeClaim, NodeClaimStatus, NodePool, condition_types, labels, parse_duration};
+use crate::clock;
+use crate::cloud::{CapacityType, CloudError, Instance, ProviderRegistry, UnavailableOfferings};
+use crate::cluster::Objects;
+use crate::disruption::ON_DEMAND_LEASE_EXPIRED;
+use crate::settings::Settings;
+
+/// Annotation on a claim: when its on-demand lease expires (RFC 3339).
+pub const LEASE_EXPIRES_AT: &str = "tenon.dev/lease-expires-at";
+/// Annotation on a claim: why it runs under a lease.
+pub const LEASE_REASON: &str = "tenon.dev/lease-reason";
+/// Annotation on a claim: capacity types (comma-separated) for which its launch ignores the
+/// unavailable-offerings cache.
+pub const IGNORE_UNAVAILABLE_OFFERINGS: &str = "tenon.dev/ignore-unavailable-offerings";
+
+/// Resources every node reports; any other requested resource must appear before a node is initialized.
+const BASE_RESOURCES: [&str; 4] = ["cpu", "memory", "pods", "ephemeral-storage"];
+
+/// How often a deleting claim's instance is checked until it is gone.
+const DELETE_POLL: Duration = Duration::from_secs(5);
+/// Back-off after a create error.
+const CREATE_BACKOFF: Duration = Duration::from_secs(10);
+
+/// When to look at a claim again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Next {
+    /// Nothing more to do until something changes.
+    Done,
+    /// Look again after this long.
+    After(Duration),
+}
+
+/// Counters the lifecycle keeps (exported as metrics).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Counters {
+    /// Instances launched.
+    pub launched: u64,
+    /// Launches that failed (insufficient capacity, NodeClass not ready, create errors).
+    pub launch_failures: u64,
+    /// Launches the provider deferred ("not yet"), counted apart from failures.
+    pub launch_deferrals: u64,
+    /// Claims deleted because they did not launch in time.
+    pub launch_timeouts: u64,
+    /// Claims deleted because their node did not register in time.
+    pub registration_timeouts: u64,
+    /// Claims deleted because their node did not initialize in time.
+    pub initialization_timeouts: u64,
+    /// Claims reclaimed because their instance vanished.
+    pub vanished: u64,
+    /// Instances terminated because no claim owns them.
+    pub orphan_instances: u64,
+    /// Nodes deleted because they have no claim and no instance.
+    pub orphan_nodes: u64,
+}
+
+/// Why a claim could not be reconciled.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum LifecycleError {
+    /// No provider serves the claim.
+    #[error(transparent)]
+    Registry(#[from] crate::cloud::RegistryError),
+    /// A provider call failed in a way that is retried later.
+    #[error("NodeClaim/{claim}: {source}")]
+    Provider {
+        /// The claim.
+        claim: String,
+        /// The error.
+        source: CloudError,
+    },
+}
+
+/// The claim lifecycle controller.
+#[derive(Debug)]
+pub struct Lifecycle {
+    registry: ProviderRegistry,
+    unavailable: Arc<UnavailableOfferings>,
+    settings: Settings,
+    /// Instances launched, by claim UID, so a lost status write never launches twice.
+    launched: HashMap<String, Instance>,
+    /// Counters.
+    pub counters: Counters,
+}
+
+fn created(claim: &NodeClaim) -> Option<Timestamp> {
+    claim.metadata.creation_timestamp.as_ref().map(|t| t.0)
+}
+
+fn since_condition(claim: &NodeClaim, type_: &str) -> Option<Timestamp> {
+    claim.condition(type_).filter(|c| c.status == ConditionStatus::True).and_then(|c| c.last_transition_time)
+}
+
+fn node_provider_id(node: &Node) -> Option<&str> {
+    node.spec.as_ref().and_then(|s| s.provider_id.as_deref())
+}
+
+fn node_ready(node: &Node) -> bool {
+    node.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+impl Lifecycle {
+    /// A controller over `registry`, sharing the unavailable-offerings cache with provisioning.
+    pub fn new(registry: ProviderRegistry, unavailable: Arc<UnavailableOfferings>, settings: Settings) -> Self {
+        Self { registry, unavailable, settings, launched: HashMap::new(), counters: Counters::default() }
+    }
+
+    /// The registration timeout of a pool: its `karpenter.sh/nodeclaim-registration-timeout` annotation,
+    /// else the `registration-timeout` setting.
+    pub fn registration_timeout(&self, pool: Option<&NodePool>) -> Duration {
+        pool.and_then(|p| p.annotation(labels::NODECLAIM_REGISTRATION_TIMEOUT))
+            .and_then(|t| parse_duration(t).ok())
+            .unwrap_or(self.settings.registration_timeout)
+    }
+
+    fn delete(&self, cluster: &mut dyn Objects, mut claim: NodeClaim, now: Timestamp, why: &str) -> Next {
+        tracing::info!(claim = claim.name(), reason = why, "deleting claim");
+        if claim.metadata.deletion_timestamp.is_none() {
+            claim.metadata.deletion_timestamp = Some(Time(now));
+        }
+        cluster.put_claim(claim);
+        Next::After(Duration::ZERO)
+    }
+
+    /// Advances one claim at `now`.
+    pub async fn reconcile(
+        &mut self,
+        cluster: &mut dyn Objects,
+        name: &str,
+        pools: &[NodePool],
+        now: Timestamp,
+    ) -> Result<Next, LifecycleError> {
+        let Some(mut claim) = cluster.claim(name) else { return Ok(Next::Done) };
+        let provider = self.registry.for_claim(&claim)?.clone();
+        if claim.metadata.deletion_timestamp.is_some() {
+            return self.finalize(cluster, claim).await;
+        }
+        let pool = claim.node_pool().and_then(|p| pools.iter().find(|x| x.name() == p));
+        let age = created(&claim).map(|c| clock::since(now, c)).unwrap_or_default();
+
+        // Launch.
+        if !claim.is_true(condition_types::LAUNCHED) {
+            if age >= self.settings.launch_timeout {
+                self.counters.launch_timeouts += 1;
+                return Ok(self.delete(cluster, claim, now, "launch_timeout"));
+            }
+            let uid = claim.metadata.uid.clone().unwrap_or_else(|| claim.name().to_owned());
+            let result = match self.launched.get(&uid) {
+                Some(i) => Ok(i.clone()),
+                None => {
+                    let ignore: Vec<CapacityType> = claim
+                        .annotation(IGNORE_UNAVAILABLE_OFFERINGS)
+                        .map(|v| v.split(',').filter_map(|c| CapacityType::parse(c.trim())).collect())
+                        .unwrap_or_default();
+                    let options = self.unavailable.launch_options(provider.name(), &ignore, now);
+                    provider.create(&claim, &options).await
+                }
+            };
+            match result {
+                Ok(instance) => {
+                    self.launched.insert(uid, instance.clone());
+                    self.counters.launched += 1;
+                    record_launch(&mut claim, &instance, now);
+                    cluster.put_claim(claim.clone());
+                }
+                Err(CloudError::InsufficientCapacity { offerings, message }) => {
+                    for o in &offerings {
+                        self.unavailable.mark(provider.name(), o, self.settings.unavailable_offerings_ttl, now);
+                    }
+                    self.counters.launch_failures += 1;
+                    tracing::warn!(claim = name, %message, "insufficient capacity");
+                    return Ok(self.delete(cluster, claim, now, "insufficient_capacity"));
+                }
+                Err(CloudError::NodeClassNotReady(message)) => {
+                    self.counters.launch_failures += 1;
+                    tracing::warn!(claim = name, %message, "node class not ready");
+                    return Ok(self.delete(cluster, claim, now, "nodeclass_not_ready"));
+                }
+                Err(CloudError::LaunchDeferred { retry_after, reason }) => {
+                    self.counters.launch_deferrals += 1;
+                    claim.set_condition(
+                        condition_types::LAUNCHED,
+                        ConditionStatus::Unknown,
+                        "LaunchDeferred",
+                        &reason,
+                        now,
+                    );
+                    cluster.put_claim(claim);
+                    // The launch clock keeps running from creation.
+                    let left = self.settings.launch_timeout.saturating_sub(age);
+                    return Ok(Next::After(retry_after.min(left)));
+                }
+                Err(CloudError::Create { reason, message }) => {
+                    self.counters.launch_failures += 1;
+                    claim.set_condition(condition_types::LAUNCHED, ConditionStatus::Unknown, &reason, &message, now);
+                    cluster.put_claim(claim);
+                    return Ok(Next::After(CREATE_BACKOFF));
+                }
+                Err(e) => {
+                    self.counters.launch_failures += 1;
+                    let message: String = e.to_string().chars().take(300).collect();
+                    claim.set_condition(
+                        condition_types::LAUNCHED,
+                        ConditionStatus::Unknown,
+                        "LaunchFailed",
+                        &message,
+                        now,
+                    );
+                    cluster.put_claim(claim);
+                    return Ok(Next::After(CREATE_BACKOFF));
+                }
+            }
+        }
+
+        // Lease expiry marks the claim drifted, for disruption to reclaim.
+        if let Some(expires) = claim.annotation(LEASE_EXPIRES_AT).and_then(|t| t.parse::<Timestamp>().ok())
+            && expires <= now
+            && !claim.is_true(condition_types::DRIFTED)
+        {
+            claim.set_condition(condition_types::DRIFTED, ConditionStatus::True, ON_DEMAND_LEASE_EXPIRED, "", now);
+            cluster.put_claim(claim.clone());
+        }
+
+        // Registration.
+        if !claim.is_true(condition_types::REGISTERED) {
+            let pid = claim.provider_id().unwrap_or_default().to_owned();
+            let nodes: Vec<Node> =
+                cluster.nodes().into_iter().filter(|n| node_provider_id(n) == Some(pid.as_str())).collect();
+            match nodes.as_slice() {
+                [node] => {
+                    let node = register(&mut claim, node.clone(), now);
+                    cluster.put_node(node);
+                    cluster.put_claim(claim.clone());
+                }
+                [] => {
+                    let timeout = self.registration_timeout(pool);
+                    if age >= timeout {
+                        self.counters.registration_timeouts += 1;
+                        return Ok(self.delete(cluster, claim, now, "registration_timeout"));
+                    }
+                    claim.set_condition(condition_types::REGISTERED, ConditionStatus::Unknown, "NodeNotFound", "", now);
+                    cluster.put_claim(claim);
+                    return Ok(Next::After(timeout - age));
+                }
+                _ => {
+                    claim.set_condition(
+                        condition_types::REGISTERED,
+                        ConditionStatus::False,
+                        "MultipleNodesFound",
+                        &format!("{} nodes have provider id {pid}", nodes.len()),
+                        now,
+                    );
+                    cluster.put_claim(claim);
+                    return Ok(Next::After(Duration::from_secs(10)));
+                }
+            }
+        }
+
+        // Initialization.
+        if !claim.is_initialized() {
+            let node_name = claim.status.as_ref().and_then(|s| s.node_name.clone()).unwrap_or_default();
+            let node = cluster.nodes().into_iter().find(|n| n.metadata.name.as_deref() == Some(node_name.as_str()));
+            match node.as_ref().map(|n| initialization_blocker(&claim, n)) {
+                Some(None) => {
+                    if let Some(mut n) = node {
+                        n.metadata
+                            .labels
+                            .get_or_insert_with(BTreeMap::new)
+                            .insert(labels::INITIALIZED.into(), "true".into());
+                        cluster.put_node(n);
+                    }
+                    claim.set_condition(condition_types::INITIALIZED, ConditionStatus::True, "Initialized", "", now);
+                    cluster.put_claim(claim);
+                }
+                blocker => {
+                    let why = blocker.flatten().unwrap_or_else(|| "node not found".into());
+                    if let (Some(limit), Some(registered)) = (
+                        self.settings.nodeclaim_initialization_timeout,
+                        since_condition(&claim, condition_types::REGISTERED),
+                    ) {
+                        let waited = clock::since(now, registered);
+                        if waited >= limit {
+                            self.counters.initialization_timeouts += 1;
+                            return Ok(self.delete(cluster, claim, now, "initialization_timeout"));
+                        }
+                        claim.set_condition(
+                            condition_types::INITIALIZED,
+                            ConditionStatus::Unknown,
+                            "NotInitialized",
+                            &why,
+                            now,
+                        );
+                        cluster.put_claim(claim);
+                        return Ok(Next::After(limit - waited));
+                    }
+                    claim.set_condition(
+                        condition_types::INITIALIZED,
+                        ConditionStatus::Unknown,
+                        "NotInitialized",
+                        &why,
+                        now,
+                    );
+                    cluster.put_claim(claim);
+                    return Ok(Next::After(Duration::from_secs(10)));
+                }
+            }
+        }
+        Ok(Next::Done)
+    }
+
+    async fn finalize(&mut self, cluster: &mut dyn Objects, claim: NodeClaim) -> Result<Next, LifecycleError> {
+        let provider = self.registry.for_claim(&claim)?.clone();
+        if claim.provider_id().is_some() {
+            match provider.delete(&claim).await {
+                Ok(()) => return Ok(Next::After(DELETE_POLL)),
+                Err(e) if e.is_not_found() => {}
+                Err(source) => return Err(LifecycleError::Provider { claim: claim.name().to_owned(), source }),
+            }
+            let pid = claim.provider_id().unwrap_or_default();
+            for n in cluster.nodes().into_iter().filter(|n| node_provider_id(n) == Some(pid)) {
+                cluster.remove_node(n.metadata.name.as_deref().unwrap_or_default());
+            }
+        }
+        if let Some(uid) = &claim.metadata.uid {
+            self.launched.remove(uid);
+        }
+        cluster.remove_claim(claim.name());
+        Ok(Next::Done)
+    }
+
+    /// Reconciles claims against what the providers list: claims whose instance vanished (after the
+    /// vanished-instance grace, or at once when registered with a node that is not Ready), instances no
+    /// claim owns (after the orphan grace), and nodes with neither claim nor instance. Returns what it did.
+    pub async fn collect_garbage(
+        &mut self,
+        cluster: &mut dyn Objects,
+        now: Timestamp,
+    ) -> Result<Vec<String>, LifecycleError> {
+        let mut done = Vec::new();
+        let claims = cluster.claims();
+        let claimed: HashSet<String> = claims.iter().filter_map(|c| c.provider_id().map(str::to_owned)).collect();
+        let mut listed: HashSet<String> = HashSet::new();
+        for provider in self.registry.providers().to_vec() {
+            let instances =
+                provider.list().await.map_err(|source| LifecycleError::Provider { claim: String::new(), source })?;
+            for i in instances {
+                listed.insert(i.provider_id.clone());
+                if claimed.contains(&i.provider_id) {
+                    continue;
+                }
+                // Another cluster's instances are never listed; ours without a claim are leaks.
+                if clock::since(now, i.launch_time) >= self.settings.orphan_instance_grace {
+                    let mut stub = NodeClaim::new(i.node_claim.as_deref().unwrap_or("orphan"), Default::default());
+                    stub.status =
+                        Some(NodeClaimStatus { provider_id: Some(i.provider_id.clone()), ..Default::default() });
+                    match provider.delete(&stub).await {
+                        Ok(()) | Err(CloudError::NotFound(_)) => {}
+                        Err(source) => return Err(LifecycleError::Provider { claim: stub.name().to_owned(), source }),
+                    }
+                    self.counters.orphan_instances += 1;
+                    done.push(format!("terminated orphan instance {}", i.provider_id));
+                }
+            }
+        }
+        let nodes = cluster.nodes();
+        for claim in claims {
+            let Some(pid) = claim.provider_id() else { continue };
+            if claim.metadata.deletion_timestamp.is_some() || listed.contains(pid) {
+                continue;
+            }
+            let provider = self.registry.for_claim(&claim)?.clone();
+            match provider.get(pid).await {
+                Err(e) if e.is_not_found() => {}
+                _ => continue,
+            }
+            let registered = claim.is_true(condition_types::REGISTERED);
+            let node_ready_now = nodes.iter().any(|n| node_provider_id(n) == Some(pid) && node_ready(n));
+            let launched_at = since_condition(&claim, condition_types::LAUNCHED).or_else(|| created(&claim));
+            let reclaim = if registered {
+                !node_ready_now
+            } else {
+                launched_at.is_some_and(|t| clock::since(now, t) >= self.settings.vanished_instance_grace)
+            };
+            if reclaim {
+                self.counters.vanished += 1;
+                done.push(format!("reclaimed NodeClaim/{}: its instance is gone", claim.name()));
+                self.delete(cluster, claim, now, "instance_vanished");
+            }
+        }
+        // Nodes that registered after their claim was gone: no owner, no finalizer, no instance.
+        let claimed_now: HashSet<String> =
+            cluster.claims().iter().filter_map(|c| c.provider_id().map(str::to_owned)).collect();
+        for node in cluster.nodes() {
+            let Some(pid) = node_provider_id(&node).map(str::to_owned) else { continue };
+            let managed = node.metadata.labels.as_ref().is_some_and(|l| l.contains_key(labels::NODE_POOL));
+            let owned = node.metadata.owner_references.as_ref().is_some_and(|o| !o.is_empty());
+            if !managed || owned || claimed_now.contains(&pid) {
+                continue;
+            }
+            let mut gone = true;
+            for provider in self.registry.providers() {
+                if provider.get(&pid).await.is_ok() {
+                    gone = false;
+                }
+            }
+            if gone {
+                let name = node.metadata.name.clone().unwrap_or_default();
+                cluster.remove_node(&name);
+                self.counters.orphan_nodes += 1;
+                done.push(format!("deleted Node/{name}: no claim owns it and its instance is gone"));
+            }
+        }
+        Ok(done)
+    }
+}
+
+/// Records a launched instance on its claim.
+fn record_launch(claim: &mut NodeClaim, i: &Instance, now: Timestamp) {
+    let labels_map = claim.metadata.labels.get_or_insert_with(BTreeMap::new);
+    for (k, v) in &i.labels {
+        labels_map.insert(k.clone(), v.clone());
+    }
+    if let Some(lease) = &i.lease {
+        let a = claim.metadata.annotations.get_or_insert_with(BTreeMap::new);
+        a.insert(LEASE_EXPIRES_AT.into(), lease.expires_at.to_string());
+        a.insert(LEASE_REASON.into(), lease.reason.clone());
+    }
+    let status = claim.status.get_or_insert_with(Default::default);
+    status.provider_id = Some(i.provider_id.clone());
+    status.image_id = i.image_id.clone();
+    status.capacity = i.capacity.to_resource_list();
+    status.allocatable = i.allocatable.to_resource_list();
+    claim.set_condition(condition_types::LAUNCHED, ConditionStatus::True, "Launched", "", now);
+}
+
+/// Syncs the claim onto its node: labels, annotations, taints (unless the node opts out), the termination
+/// finalizer and owner reference; removes the unregistered taint and labels the node registered.
+fn register(claim: &mut NodeClaim, mut node: Node, now: Timestamp) -> Node {
+    let meta = &mut node.metadata;
+    let node_labels = meta.labels.get_or_insert_with(BTreeMap::new);
+    for (k, v) in claim.metadata.labels.iter().flatten() {
+        node_labels.insert(k.clone(), v.clone());
+    }
+    node_labels.insert(labels::REGISTERED.into(), "true".into());
+    let annotations = meta.annotations.get_or_insert_with(BTreeMap::new);
+    for (k, v) in claim.metadata.annotations.iter().flatten().filter(|(k, _)| k.as_str() != labels::NODEPOOL_HASH) {
+        annotations.entry(k.clone()).or_insert_with(|| v.clone());
+    }
+    let sync_taints = annotations.get(labels::DO_NOT_SYNC_TAINTS).map(String::as_str) != Some("true");
+    let finalizers = meta.finalizers.get_or_insert_with(Vec::new);
+    if !finalizers.iter().any(|f| f == labels::TERMINATION_FINALIZER) {
+        finalizers.push(labels::TERMINATION_FINALIZER.into());
+    }
+    meta.owner_references = Some(vec![OwnerReference {
+        api_version: "karpenter.sh/v1".into(),
+        kind: "NodeClaim".into(),
+        name: claim.name().to_owned(),
+        uid: claim.metadata.uid.clone().unwrap_or_default(),
+        block_owner_deletion: Some(true),
+        controller: None,
+    }]);
+    let spec = node.spec.get_or_insert_with(Default::default);
+    let taints = spec.taints.get_or_insert_with(Vec::new);
+    taints.retain(|t| t.key != labels::UNREGISTERED_TAINT);
+    if sync_taints {
+        for t in claim.spec.taints.iter().chain(&claim.spec.startup_taints) {
+            if !taints.iter().any(|x| x.key == t.key && x.effect == t.effect) {
+                taints.push(t.clone());
+            }
+        }
+    }
+    let status = claim.status.get_or_insert_with(Default::default);
+    status.node_name = node.metadata.name.clone();
+    claim.set_condition(condition_types::REGISTERED, ConditionStatus::True, "Registered", "", now);
+    node
+}
+
+/// What keeps a registered node from being initialized, if anything.
+pub fn initialization_blocker(claim: &NodeClaim, node: &Node) -> Option<String> {
+    if !node_ready(node) {
+        return Some("node is not Ready".into());
+    }
+    let taints = node.spec.as_ref().and_then(|s| s.taints.clone()).unwrap_or_default();
+    if let Some(t) =
+        claim.spec.startup_taints.iter().find(|st| taints.iter().any(|t| t.key == st.key && t.effect == st.effect))
+    {
+        return Some(format!("startup taint {} is still present", t.key));
+    }
+    if let Some(t) = taints.iter().find(|t| labels::KNOWN_EPHEMERAL_TAINTS.contains(&t.key.as_str())) {
+        return Some(format!("taint {} is still present", t.key));
+    }
+    let allocatable = node.status.as_ref().and_then(|s| s.allocatable.clone()).unwrap_or_default();
+    for name in claim.spec.resources.requests.keys().filter(|k| !BASE_RESOURCES.contains(&k.as_str())) {
+        let reported = allocatable.get(name).is_some_and(|q| q.0.trim() != "0" && !q.0.is_empty());
+        if !reported {
+            return Some(format!("{name} is not reported allocatable yet"));
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,451 @@
+//! A claim's life in virtual time against FakeCloud and the in-memory cluster.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use serde_json::json;
+
+use super::*;
+use crate::api::{NodeClaim, NodeClaimSpec, NodePool, NodePoolSpec, NodeSelectorRequirement, Operator};
+use crate::clock::{Clock, VirtualClock};
+use crate::cloud::fake::{FakeCloud, Method};
+use crate::cloud::{CloudProvider, OfferingKey, ProviderRegistry, UnavailableOfferings};
+use crate::cluster::InMemoryCluster;
+use crate::settings::{self, Settings};
+
+const MIN: u64 = 60;
+
+struct World {
+    clock: Arc<VirtualClock>,
+    cloud: Arc<FakeCloud>,
+    cluster: InMemoryCluster,
+    lifecycle: Lifecycle,
+    unavailable: Arc<UnavailableOfferings>,
+    pools: Vec<NodePool>,
+    start: Timestamp,
+}
+
+impl World {
+    fn with_settings(settings: Settings) -> Self {
+        let clock = VirtualClock::at_epoch();
+        let cloud = Arc::new(FakeCloud::builder().clock(clock.clone()).build());
+        let mut registry = ProviderRegistry::new();
+        registry.register_arc(cloud.clone()).unwrap();
+        let unavailable = Arc::new(UnavailableOfferings::new());
+        let lifecycle = Lifecycle::new(registry, unavailable.clone(), settings);
+        let start = clock.now();
+        Self {
+            clock,
+            cloud,
+            cluster: InMemoryCluster::default(),
+            lifecycle,
+            unavailable,
+            pools: vec![NodePool::new("default", NodePoolSpec::default())],
+            start,
+        }
+    }
+
+    fn new() -> Self {
+        Self::with_settings(Settings::default())
+    }
+
+    fn at(&self, minutes: u64) {
+        self.clock.set(clock::add(self.start, Duration::from_secs(minutes * MIN)));
+    }
+
+    fn claim(&mut self, name: &str, reqs: Vec<NodeSelectorRequirement>, requests: serde_json::Value) {
+        let mut c = NodeClaim::new(name, NodeClaimSpec { requirements: reqs, ..Default::default() });
+        c.metadata.uid = Some(format!("uid-{name}"));
+        c.metadata.creation_timestamp = Some(Time(self.clock.now()));
+        c.metadata.labels = Some([(labels::NODE_POOL.to_owned(), "default".to_owned())].into());
+        c.spec.resources.requests = serde_json::from_value(requests).unwrap();
+        self.cluster.put_claim(c);
+    }
+
+    async fn step(&mut self, name: &str) -> Next {
+        let now = self.clock.now();
+        let pools = self.pools.clone();
+        self.lifecycle.reconcile(&mut self.cluster, name, &pools, now).await.unwrap()
+    }
+
+    /// Reconciles until the claim settles (or is gone), as the controller's requeues would at this time.
+    async fn settle(&mut self, name: &str) {
+        for _ in 0..5 {
+            match self.step(name).await {
+                Next::After(d) if d.is_zero() => continue,
+                _ => break,
+            }
+        }
+    }
+
+    fn kubelet_registers(&mut self, name: &str, ready: bool, allocatable: serde_json::Value) {
+        let pid = self.cluster.claims[name].provider_id().unwrap().to_owned();
+        let node: Node = serde_json::from_value(json!({
+            "metadata": {"name": format!("node-{name}")},
+            "spec": {"providerID": pid, "taints": [{"key": labels::UNREGISTERED_TAINT, "effect": "NoExecute"}]},
+            "status": {"allocatable": allocatable, "conditions": [{"type": "Ready", "status": if ready { "True" } else { "False" }}]}
+        }))
+        .unwrap();
+        self.cluster.put_node(node);
+    }
+
+    fn gone(&self, name: &str) -> bool {
+        !self.cluster.claims.contains_key(name)
+    }
+
+    fn deleting(&self, name: &str) -> bool {
+        self.cluster.claims.get(name).is_none_or(|c| c.metadata.deletion_timestamp.is_some())
+    }
+}
+
+fn gpu_reqs() -> Vec<NodeSelectorRequirement> {
+    vec![NodeSelectorRequirement::new(labels::INSTANCE_TYPE, Operator::In, ["fake.gpu"])]
+}
+
+#[tokio::test]
+async fn launch_records_the_instance_and_never_launches_twice() {
+    let mut w = World::new();
+    w.claim("c1", gpu_reqs(), json!({"cpu": "1", "nvidia.com/gpu": "1"}));
+    w.step("c1").await;
+    let c = &w.cluster.claims["c1"];
+    assert!(c.is_true(condition_types::LAUNCHED));
+    let st = c.status.as_ref().unwrap();
+    assert!(st.provider_id.as_deref().unwrap().starts_with("fake://"));
+    assert_eq!(st.image_id.as_deref(), Some("fake-image-1"));
+    assert_eq!(st.allocatable["nvidia.com/gpu"].0, "1");
+    assert_eq!(c.label(labels::INSTANCE_TYPE), Some("fake.gpu"));
+    // The status write is lost: the claim comes back unlaunched, and the cache answers.
+    let mut lost = c.clone();
+    lost.status = None;
+    w.cluster.put_claim(lost);
+    w.step("c1").await;
+    assert_eq!(w.cloud.create_calls(), 1, "no second launch");
+    assert!(w.cluster.claims["c1"].is_true(condition_types::LAUNCHED));
+}
+
+#[tokio::test]
+async fn insufficient_capacity_marks_offerings_and_deletes_the_claim() {
+    let mut w = World::new();
+    for z in ["test-zone-a", "test-zone-b"] {
+        for ct in [crate::cloud::CapacityType::Spot, crate::cloud::CapacityType::OnDemand] {
+            w.cloud.exhaust_offering(OfferingKey::new("fake.gpu", z, ct));
+        }
+    }
+    w.claim("c1", gpu_reqs(), json!({}));
+    w.settle("c1").await;
+    assert!(w.gone("c1"), "deleted, so provisioning retries elsewhere");
+    let key = OfferingKey::new("fake.gpu", "test-zone-a", crate::cloud::CapacityType::Spot);
+    assert!(w.unavailable.is_unavailable("fake", &key, w.clock.now()));
+    assert_eq!(w.lifecycle.counters.launch_failures, 1);
+}
+
+#[tokio::test]
+async fn node_class_not_ready_deletes_and_create_errors_keep_the_claim() {
+    let mut w = World::new();
+    w.cloud.inject_next(Method::Create, CloudError::NodeClassNotReady("AMI not resolved".into()));
+    w.claim("c1", gpu_reqs(), json!({}));
+    w.settle("c1").await;
+    assert!(w.gone("c1"));
+    w.cloud.inject_next(
+        Method::Create,
+        CloudError::Create { reason: "QuotaExceeded".into(), message: "vCPU quota".into() },
+    );
+    w.claim("c2", gpu_reqs(), json!({}));
+    assert_eq!(w.step("c2").await, Next::After(Duration::from_secs(10)), "backs off");
+    let cond = w.cluster.claims["c2"].condition(condition_types::LAUNCHED).unwrap().clone();
+    assert_eq!((cond.status, cond.reason.as_str()), (ConditionStatus::Unknown, "QuotaExceeded"));
+    w.step("c2").await;
+    assert!(w.cluster.claims["c2"].is_true(condition_types::LAUNCHED), "a later try succeeds");
+}
+
+#[tokio::test]
+async fn deferred_launches_requeue_at_the_provider_cadence_but_the_launch_clock_keeps_running() {
+    let mut w = World::new();
+    w.cloud.defer_launches(100, Duration::from_secs(90), "owned machines are draining");
+    w.claim("c1", gpu_reqs(), json!({}));
+    assert_eq!(w.step("c1").await, Next::After(Duration::from_secs(90)));
+    assert_eq!(w.lifecycle.counters.launch_deferrals, 1);
+    assert_eq!(w.lifecycle.counters.launch_failures, 0, "a deferral is not a failure");
+    w.at(4);
+    assert_eq!(w.step("c1").await, Next::After(Duration::from_secs(60)), "never past the 5-minute launch clock");
+    assert!(!w.deleting("c1"));
+    w.at(5);
+    w.settle("c1").await;
+    assert!(w.gone("c1"), "deleted when the launch clock, counted from creation, runs out");
+    assert_eq!(w.lifecycle.counters.launch_timeouts, 1);
+}
+
+#[tokio::test]
+async fn a_claim_can_ignore_the_unavailable_offerings_cache_for_chosen_capacity_types() {
+    let mut w = World::new();
+    let spot = OfferingKey::new("fake.gpu", "test-zone-a", crate::cloud::CapacityType::Spot);
+    w.unavailable.mark("fake", &spot, Duration::from_secs(180), w.clock.now());
+    w.claim("c1", gpu_reqs(), json!({}));
+    let mut c = w.cluster.claims["c1"].clone();
+    c.metadata.annotations = Some([(IGNORE_UNAVAILABLE_OFFERINGS.to_owned(), "spot".to_owned())].into());
+    w.cluster.put_claim(c);
+    w.step("c1").await;
+    let calls = w.cloud.calls();
+    let Some(crate::cloud::fake::Call::Create { options, .. }) = calls.last() else { panic!("{calls:?}") };
+    assert!(options.unavailable.is_empty(), "the spot entry is not passed on");
+    assert_eq!(options.ignore_unavailable, [crate::cloud::CapacityType::Spot]);
+}
+
+#[tokio::test]
+async fn registration_syncs_the_node_and_initialization_waits_for_gpus() {
+    let mut w = World::new();
+    w.claim("c1", gpu_reqs(), json!({"cpu": "1", "nvidia.com/gpu": "1"}));
+    let mut c = w.cluster.claims["c1"].clone();
+    c.spec.taints = vec![crate::scheduling::taints::taint("nvidia.com/gpu", None, "NoSchedule")];
+    c.spec.startup_taints = vec![crate::scheduling::taints::taint("example.com/driver", None, "NoExecute")];
+    w.cluster.put_claim(c);
+    w.step("c1").await;
+    w.kubelet_registers("c1", true, json!({"cpu": "8", "nvidia.com/gpu": "0"}));
+    w.step("c1").await;
+    let node = &w.cluster.nodes["node-c1"];
+    let l = node.metadata.labels.as_ref().unwrap();
+    assert_eq!(l[labels::REGISTERED], "true");
+    assert_eq!(l[labels::NODE_POOL], "default");
+    assert!(node.metadata.finalizers.as_ref().unwrap().contains(&labels::TERMINATION_FINALIZER.to_owned()));
+    assert_eq!(node.metadata.owner_references.as_ref().unwrap()[0].name, "c1");
+    let taints: Vec<&str> =
+        node.spec.as_ref().unwrap().taints.as_ref().unwrap().iter().map(|t| t.key.as_str()).collect();
+    assert_eq!(taints, ["nvidia.com/gpu", "example.com/driver"], "unregistered taint gone, claim taints synced");
+    let claim = &w.cluster.claims["c1"];
+    assert!(claim.is_true(condition_types::REGISTERED));
+    assert!(!claim.is_initialized());
+    assert!(claim.condition(condition_types::INITIALIZED).unwrap().message.contains("startup taint"));
+    // The startup taint clears, but the device plugin has not reported the GPU yet.
+    let mut n = w.cluster.nodes["node-c1"].clone();
+    n.spec.as_mut().unwrap().taints.as_mut().unwrap().retain(|t| t.key != "example.com/driver");
+    w.cluster.put_node(n.clone());
+    w.step("c1").await;
+    assert!(w.cluster.claims["c1"].condition(condition_types::INITIALIZED).unwrap().message.contains("nvidia.com/gpu"));
+    n.status.as_mut().unwrap().allocatable.as_mut().unwrap().insert("nvidia.com/gpu".into(), Quantity("1".into()));
+    w.cluster.put_node(n);
+    w.step("c1").await;
+    assert!(w.cluster.claims["c1"].is_initialized());
+    assert_eq!(w.cluster.nodes["node-c1"].metadata.labels.as_ref().unwrap()[labels::INITIALIZED], "true");
+}
+
+#[tokio::test]
+async fn two_nodes_with_one_provider_id_is_an_error_condition() {
+    let mut w = World::new();
+    w.claim("c1", gpu_reqs(), json!({}));
+    w.step("c1").await;
+    w.kubelet_registers("c1", true, json!({}));
+    let mut twin = w.cluster.nodes["node-c1"].clone();
+    twin.metadata.name = Some("twin".into());
+    w.cluster.put_node(twin);
+    w.step("c1").await;
+    let cond = w.cluster.claims["c1"].condition(condition_types::REGISTERED).unwrap().clone();
+    assert_eq!((cond.status, cond.reason.as_str()), (ConditionStatus::False, "MultipleNodesFound"));
+}
+
+/// The per-pool registration timeout: a slow GPU that registers at minute 22 survives a 25-minute
+/// override; under the 15-minute default it is deleted at minute 15.
+#[tokio::test]
+async fn a_slow_gpu_registering_at_minute_22_survives_a_25_minute_override() {
+    for (override_, survives) in [(Some("25m"), true), (None, false)] {
+        let mut w = World::new();
+        if let Some(t) = override_ {
+            w.pools[0].metadata.annotations =
+                Some([(labels::NODECLAIM_REGISTRATION_TIMEOUT.to_owned(), t.to_owned())].into());
+        }
+        w.claim("slow", gpu_reqs(), json!({}));
+        w.step("slow").await;
+        for minute in [5, 10, 14] {
+            w.at(minute);
+            w.settle("slow").await;
+            assert!(!w.deleting("slow"), "minute {minute}");
+        }
+        w.at(15);
+        w.settle("slow").await;
+        assert_eq!(!w.deleting("slow"), survives, "minute 15, override {override_:?}");
+        if survives {
+            w.at(22);
+            w.kubelet_registers("slow", true, json!({}));
+            w.settle("slow").await;
+            assert!(w.cluster.claims["slow"].is_true(condition_types::REGISTERED));
+            assert!(w.cluster.claims["slow"].is_initialized());
+        } else {
+            assert_eq!(w.lifecycle.counters.registration_timeouts, 1);
+        }
+    }
+}
+
+/// The opt-in initialization timeout counts from registration: registered at minute 10 under a 30-minute
+/// timeout, a node that never initializes is deleted at minute 40 and not before.
+#[tokio::test]
+async fn the_initialization_timeout_counts_from_registration() {
+    let s = settings::load(None, [("NODECLAIM_INITIALIZATION_TIMEOUT".to_owned(), "30m".to_owned())], &[])
+        .unwrap()
+        .settings;
+    let mut w = World::with_settings(s);
+    w.claim("c1", gpu_reqs(), json!({"nvidia.com/gpu": "1"}));
+    w.step("c1").await;
+    w.at(10);
+    w.kubelet_registers("c1", true, json!({"nvidia.com/gpu": "0"}));
+    w.step("c1").await;
+    w.at(39);
+    w.settle("c1").await;
+    assert!(!w.deleting("c1"), "29 minutes after registration");
+    w.at(40);
+    w.settle("c1").await;
+    assert!(w.deleting("c1"));
+    assert_eq!(w.lifecycle.counters.initialization_timeouts, 1);
+    // Without the setting the node is kept, as upstream does.
+    let mut w = World::new();
+    w.claim("c1", gpu_reqs(), json!({"nvidia.com/gpu": "1"}));
+    w.step("c1").await;
+    w.kubelet_registers("c1", true, json!({"nvidia.com/gpu": "0"}));
+    w.step("c1").await;
+    w.at(14);
+    w.settle("c1").await;
+    assert!(!w.deleting("c1"));
+}
+
+/// A claim that launched but never registered, whose instance vanished, is reclaimed after the 5-minute
+/// grace for list-after-create consistency, not held until the 15-minute registration timeout.
+#[tokio::test]
+async fn a_vanished_instance_is_reclaimed_after_the_grace_not_the_registration_timeout() {
+    let mut w = World::new();
+    w.claim("c1", gpu_reqs(), json!({}));
+    w.step("c1").await;
+    let pid = w.cluster.claims["c1"].provider_id().unwrap().to_owned();
+    w.at(1);
+    w.cloud.vanish(&pid);
+    w.at(4);
+    let done = w.lifecycle.collect_garbage(&mut w.cluster, w.clock.now()).await.unwrap();
+    assert!(done.is_empty(), "within the grace");
+    w.at(5);
+    let done = w.lifecycle.collect_garbage(&mut w.cluster, w.clock.now()).await.unwrap();
+    assert_eq!(done, ["reclaimed NodeClaim/c1: its instance is gone"]);
+    w.settle("c1").await;
+    assert!(w.gone("c1"));
+}
+
+#[tokio::test]
+async fn registered_claims_whose_instance_is_gone_are_deleted_once_the_node_is_not_ready() {
+    let mut w = World::new();
+    w.claim("c1", gpu_reqs(), json!({}));
+    w.step("c1").await;
+    w.kubelet_registers("c1", true, json!({}));
+    w.settle("c1").await;
+    let pid = w.cluster.claims["c1"].provider_id().unwrap().to_owned();
+    w.cloud.vanish(&pid);
+    assert!(
+        w.lifecycle.collect_garbage(&mut w.cluster, w.clock.now()).await.unwrap().is_empty(),
+        "the node is still Ready"
+    );
+    let mut n = w.cluster.nodes["node-c1"].clone();
+    n.status.as_mut().unwrap().conditions.as_mut().unwrap()[0].status = "Unknown".into();
+    w.cluster.put_node(n);
+    let done = w.lifecycle.collect_garbage(&mut w.cluster, w.clock.now()).await.unwrap();
+    assert_eq!(done.len(), 1);
+    w.settle("c1").await;
+    assert!(w.gone("c1"));
+    assert!(!w.cluster.nodes.contains_key("node-c1"), "its node goes with it");
+}
+
+#[tokio::test]
+async fn instances_without_a_claim_are_terminated_after_the_grace_and_other_clusters_are_left_alone() {
+    let mut w = World::new();
+    w.claim("c1", gpu_reqs(), json!({}));
+    w.step("c1").await;
+    // A crash between create and the status write: the instance exists, the claim was deleted by hand.
+    w.cluster.claims.clear();
+    let foreign = w.cloud.insert_foreign_instance("other-cluster");
+    w.at(1);
+    assert!(w.lifecycle.collect_garbage(&mut w.cluster, w.clock.now()).await.unwrap().is_empty());
+    w.at(2);
+    let done = w.lifecycle.collect_garbage(&mut w.cluster, w.clock.now()).await.unwrap();
+    assert_eq!(done.len(), 1, "{done:?}");
+    assert!(w.cloud.instances().is_empty());
+    assert!(w.cloud.get(&foreign).await.is_err(), "invisible to this cluster");
+    assert_eq!(w.lifecycle.counters.orphan_instances, 1);
+}
+
+#[tokio::test]
+async fn a_node_that_registered_after_its_claim_was_deleted_goes_once_the_instance_is_gone() {
+    let mut w = World::new();
+    w.claim("c1", gpu_reqs(), json!({}));
+    w.step("c1").await;
+    let pid = w.cluster.claims["c1"].provider_id().unwrap().to_owned();
+    let mut c = w.cluster.claims["c1"].clone();
+    c.metadata.deletion_timestamp = Some(Time(w.clock.now()));
+    w.cluster.put_claim(c);
+    assert_eq!(w.step("c1").await, Next::After(Duration::from_secs(5)), "terminating");
+    assert_eq!(w.step("c1").await, Next::Done, "NotFound: the finalizer is released");
+    assert!(w.gone("c1"));
+    // The kubelet registers late: a node with no owner and no finalizer.
+    let late: Node =
+        serde_json::from_value(json!({"metadata": {"name": "late", "labels": {labels::NODE_POOL: "default"}},
+        "spec": {"providerID": pid}, "status": {"conditions": [{"type": "Ready", "status": "False"}]}}))
+        .unwrap();
+    w.cluster.put_node(late);
+    let done = w.lifecycle.collect_garbage(&mut w.cluster, w.clock.now()).await.unwrap();
+    assert_eq!(done, ["deleted Node/late: no claim owns it and its instance is gone"]);
+    assert!(!w.cluster.nodes.contains_key("late"));
+}
+
+/// The lease path: spot unavailable → on-demand under a lease → the lease expires → the claim drifts with
+/// OnDemandLeaseExpired → disruption replaces it on spot; and, while spot stays unavailable, the
+/// on-demand node stays.
+#[tokio::test]
+async fn an_on_demand_lease_expires_into_drift_and_is_reclaimed_to_spot() {
+    let mut w = World::new();
+    w.cloud.fallback_to_on_demand_under_lease(Duration::from_secs(30 * MIN));
+    for z in ["test-zone-a", "test-zone-b"] {
+        w.cloud.exhaust_offering(OfferingKey::new("fake.gpu", z, crate::cloud::CapacityType::Spot));
+    }
+    w.claim("c1", gpu_reqs(), json!({}));
+    w.step("c1").await;
+    let claim = w.cluster.claims["c1"].clone();
+    assert_eq!(claim.label(labels::CAPACITY_TYPE), Some("on-demand"));
+    assert!(claim.annotation(LEASE_EXPIRES_AT).is_some());
+    w.kubelet_registers("c1", true, json!({}));
+    w.settle("c1").await;
+    w.at(29);
+    w.settle("c1").await;
+    assert!(!w.cluster.claims["c1"].is_true(condition_types::DRIFTED));
+    w.at(30);
+    w.settle("c1").await;
+    let drifted = w.cluster.claims["c1"].condition(condition_types::DRIFTED).unwrap().clone();
+    assert_eq!((drifted.status, drifted.reason.as_str()), (ConditionStatus::True, ON_DEMAND_LEASE_EXPIRED));
+
+    // Disruption sorts it first and pins its replacement to spot.
+    let node = w.cluster.nodes["node-c1"].clone();
+    let claims: Vec<NodeClaim> = w.cluster.claims.values().cloned().collect();
+    let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(json!({"metadata": {"name": "p", "namespace": "default"},
+        "spec": {"nodeName": "node-c1", "containers": [{"name": "c", "resources": {"requests": {"cpu": "1", "nvidia.com/gpu": "1"}}}]},
+        "status": {"phase": "Running"}}))
+    .unwrap();
+    let now = w.clock.now();
+    let state = crate::state::ClusterState::from_objects(&[pod], &[node], &claims, &[], &[], &w.pools, now).unwrap();
+    let settings = Settings::default();
+    let run = |available: bool| {
+        let mut types = FakeCloud::default_catalog();
+        if !available {
+            for t in &mut types {
+                t.offerings.retain(|o| o.capacity_type != crate::cloud::CapacityType::Spot);
+            }
+        }
+        let types_for = move |_: &NodePool| types.clone();
+        crate::disruption::compute(&crate::disruption::Inputs {
+            state: &state,
+            types_for: &types_for,
+            settings: &settings,
+            now,
+        })
+    };
+    let pass = run(true);
+    assert_eq!(pass.method, Some(crate::disruption::Method::Drift));
+    assert_eq!(pass.commands[0].replacements[0].capacity_types, [crate::cloud::CapacityType::Spot]);
+    let pass = run(false);
+    assert!(pass.commands.is_empty(), "spot still unavailable: the on-demand node stays");
+    assert!(pass.unconsolidatable[0].reason.contains("keeping the on-demand node"));
+}
