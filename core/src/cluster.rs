@@ -6,7 +6,8 @@
 use std::collections::{BTreeMap, HashMap};
 
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::{Node, Taint};
+use k8s_openapi::api::core::v1::{Node, Pod, Taint};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 
 use crate::api::{ConditionStatus, DisruptionReason, NodeClaim, condition_types};
 
@@ -74,6 +75,12 @@ pub struct InMemoryCluster {
     pub fail_writes: HashMap<String, String>,
     /// Nodes by name.
     pub nodes: BTreeMap<String, Node>,
+    /// Pods by `namespace/name`.
+    pub pods: BTreeMap<String, Pod>,
+    /// PodDisruptionBudgets.
+    pub pdbs: Vec<PodDisruptionBudget>,
+    /// Pods evicted, in order.
+    pub evicted: Vec<String>,
 }
 
 /// The objects the lifecycle controllers read and write.
@@ -92,6 +99,23 @@ pub trait Objects {
     fn put_node(&mut self, node: Node);
     /// Removes a node.
     fn remove_node(&mut self, name: &str);
+    /// Every pod.
+    fn pods(&self) -> Vec<Pod>;
+    /// PodDisruptionBudgets.
+    fn pdbs(&self) -> Vec<PodDisruptionBudget>;
+    /// Evicts a pod through the eviction API (the caller has checked its PDBs).
+    fn evict_pod(&mut self, key: &str);
+    /// Deletes a pod without eviction (forced, after the termination grace period).
+    fn delete_pod(&mut self, key: &str);
+}
+
+/// `namespace/name` of a pod.
+pub fn pod_key(pod: &Pod) -> String {
+    format!(
+        "{}/{}",
+        pod.metadata.namespace.as_deref().unwrap_or("default"),
+        pod.metadata.name.as_deref().unwrap_or_default()
+    )
 }
 
 impl Objects for InMemoryCluster {
@@ -118,6 +142,23 @@ impl Objects for InMemoryCluster {
     fn remove_node(&mut self, name: &str) {
         if self.nodes.remove(name).is_some() {
             self.log.push(format!("removed node {name}"));
+        }
+    }
+    fn pods(&self) -> Vec<Pod> {
+        self.pods.values().cloned().collect()
+    }
+    fn pdbs(&self) -> Vec<PodDisruptionBudget> {
+        self.pdbs.clone()
+    }
+    fn evict_pod(&mut self, key: &str) {
+        if self.pods.remove(key).is_some() {
+            self.log.push(format!("evict {key}"));
+            self.evicted.push(key.to_owned());
+        }
+    }
+    fn delete_pod(&mut self, key: &str) {
+        if self.pods.remove(key).is_some() {
+            self.log.push(format!("force-delete {key}"));
         }
     }
 }

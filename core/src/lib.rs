@@ -21,6 +21,7 @@
 //!   its command queue;
 //! - [`lifecycle`]: a claim's life (launch, registration, initialization, timeouts, leases) and garbage
 //!   collection;
+//! - [`termination`]: draining nodes that are going away;
 //! - [`provisioning`]: pending pods into NodeClaims (batching, one scheduling pass, nominations);
 //! - [`snapshot`]: cluster snapshots (Kubernetes objects and instance catalogs) read from YAML files.
 //!
@@ -41,6 +42,7 @@ pub mod scheduling;
 pub mod settings;
 pub mod snapshot;
 pub mod state;
+pub mod termination;
 
 #[cfg(test)]
 mod testing;

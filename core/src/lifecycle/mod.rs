@@ -66,6 +66,34 @@ pub struct Counters {
     pub orphan_instances: u64,
     /// Nodes deleted because they have no claim and no instance.
     pub orphan_nodes: u64,
+    /// Claims deleted because they outlived `expireAfter`.
+    pub expirations: u64,
+    /// Claims deleted because the provider announced an interruption.
+    pub interruptions: u64,
+}
+
+/// What a provider announces about an instance.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InterruptionKind {
+    /// A spot instance will be reclaimed (two minutes' notice on AWS).
+    SpotInterruption,
+    /// Scheduled maintenance will stop or retire the instance.
+    ScheduledChange,
+    /// The instance is stopping.
+    Stopping,
+    /// The instance is terminating.
+    Terminating,
+    /// A rebalance recommendation: informational, no action.
+    Rebalance,
+}
+
+/// An interruption event from a provider's stream.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Interruption {
+    /// The instance.
+    pub provider_id: String,
+    /// What happens to it.
+    pub kind: InterruptionKind,
 }
 
 /// Why a claim could not be reconciled.
@@ -150,10 +178,19 @@ impl Lifecycle {
         let Some(mut claim) = cluster.claim(name) else { return Ok(Next::Done) };
         let provider = self.registry.for_claim(&claim)?.clone();
         if claim.metadata.deletion_timestamp.is_some() {
-            return self.finalize(cluster, claim).await;
+            return self.finalize(cluster, claim, now).await;
         }
         let pool = claim.node_pool().and_then(|p| pools.iter().find(|x| x.name() == p));
         let age = created(&claim).map(|c| clock::since(now, c)).unwrap_or_default();
+
+        // Expiration: forceful, whatever the budgets say.
+        if let Some(expire) = claim.spec.expire_after.duration()
+            && claim.is_true(condition_types::LAUNCHED)
+            && age >= expire
+        {
+            self.counters.expirations += 1;
+            return Ok(self.delete(cluster, claim, now, "expired"));
+        }
 
         // Launch.
         if !claim.is_true(condition_types::LAUNCHED) {
@@ -325,8 +362,35 @@ impl Lifecycle {
         Ok(Next::Done)
     }
 
-    async fn finalize(&mut self, cluster: &mut dyn Objects, claim: NodeClaim) -> Result<Next, LifecycleError> {
+    async fn finalize(
+        &mut self,
+        cluster: &mut dyn Objects,
+        claim: NodeClaim,
+        now: Timestamp,
+    ) -> Result<Next, LifecycleError> {
         let provider = self.registry.for_claim(&claim)?.clone();
+        if let Some(pid) = claim.provider_id() {
+            // Drain the node first, unless it is NotReady and its instance is already gone.
+            if let Some(mut node) = cluster.nodes().into_iter().find(|n| node_provider_id(n) == Some(pid)) {
+                let gone = !node_ready(&node) && provider.get(pid).await.is_err_and(|e| e.is_not_found());
+                if !gone {
+                    let taints = node.spec.get_or_insert_with(Default::default).taints.get_or_insert_with(Vec::new);
+                    if !taints.iter().any(|t| t.key == labels::DISRUPTED_TAINT) {
+                        taints.push(crate::scheduling::taints::taint(labels::DISRUPTED_TAINT, None, "NoSchedule"));
+                        cluster.put_node(node.clone());
+                    }
+                    let deadline = match (&claim.metadata.deletion_timestamp, claim.spec.termination_grace_period) {
+                        (Some(t), Some(grace)) => Some(clock::add(t.0, grace.0)),
+                        _ => None,
+                    };
+                    let name = node.metadata.name.clone().unwrap_or_default();
+                    let drained = crate::termination::drain(cluster, &name, deadline, now);
+                    if !drained.done {
+                        return Ok(Next::After(Duration::from_secs(1)));
+                    }
+                }
+            }
+        }
         if claim.provider_id().is_some() {
             match provider.delete(&claim).await {
                 Ok(()) => return Ok(Next::After(DELETE_POLL)),
@@ -343,6 +407,26 @@ impl Lifecycle {
         }
         cluster.remove_claim(claim.name());
         Ok(Next::Done)
+    }
+
+    /// Acts on an interruption: the claim is deleted at once (its node tainted and drained, its pods
+    /// provisioned elsewhere), and an interrupted spot offering is marked unavailable. Returns the claim.
+    pub fn interrupt(&mut self, cluster: &mut dyn Objects, event: &Interruption, now: Timestamp) -> Option<String> {
+        if event.kind == InterruptionKind::Rebalance {
+            return None;
+        }
+        let claim = cluster.claims().into_iter().find(|c| c.provider_id() == Some(event.provider_id.as_str()))?;
+        if event.kind == InterruptionKind::SpotInterruption
+            && let (Some(it), Some(zone), Ok(provider)) =
+                (claim.label(labels::INSTANCE_TYPE), claim.label(labels::ZONE), self.registry.for_claim(&claim))
+        {
+            let key = crate::cloud::OfferingKey::new(it, zone, CapacityType::Spot);
+            self.unavailable.mark(provider.name(), &key, self.settings.unavailable_offerings_ttl, now);
+        }
+        self.counters.interruptions += 1;
+        let name = claim.name().to_owned();
+        self.delete(cluster, claim, now, "interrupted");
+        Some(name)
     }
 
     /// Reconciles claims against what the providers list: claims whose instance vanished (after the

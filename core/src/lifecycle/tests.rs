@@ -449,3 +449,117 @@ async fn an_on_demand_lease_expires_into_drift_and_is_reclaimed_to_spot() {
     assert!(pass.commands.is_empty(), "spot still unavailable: the on-demand node stays");
     assert!(pass.unconsolidatable[0].reason.contains("keeping the on-demand node"));
 }
+
+fn bound_pod(w: &mut World, name: &str, node: &str, extra: serde_json::Value) {
+    let mut v = json!({"metadata": {"name": name, "namespace": "default", "labels": {"app": name}},
+        "spec": {"nodeName": node, "containers": [{"name": "c", "resources": {"requests": {"cpu": "1"}}}]},
+        "status": {"phase": "Running", "startTime": "2026-01-01T00:00:00Z"}});
+    crate::testing::merge(&mut v, extra);
+    let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(v).unwrap();
+    w.cluster.pods.insert(format!("default/{name}"), pod);
+}
+
+async fn running(w: &mut World, name: &str) {
+    w.claim(name, gpu_reqs(), json!({}));
+    w.step(name).await;
+    w.kubelet_registers(name, true, json!({}));
+    w.settle(name).await;
+    assert!(w.cluster.claims[name].is_initialized());
+}
+
+/// Termination: the node is tainted and drained through the eviction API before the instance is deleted;
+/// a do-not-disrupt pod holds the drain until the claim's termination grace period runs out.
+#[tokio::test]
+async fn deleting_a_claim_drains_its_node_then_terminates_the_instance() {
+    let mut w = World::new();
+    running(&mut w, "c1").await;
+    bound_pod(&mut w, "web", "node-c1", json!({}));
+    bound_pod(&mut w, "train", "node-c1", json!({"metadata": {"annotations": {labels::DO_NOT_DISRUPT: "true"}}}));
+    let mut c = w.cluster.claims["c1"].clone();
+    c.metadata.deletion_timestamp = Some(Time(w.clock.now()));
+    c.spec.termination_grace_period = Some(crate::api::KubeDuration::from_secs(10 * MIN));
+    w.cluster.put_claim(c);
+    assert_eq!(w.step("c1").await, Next::After(Duration::from_secs(1)), "draining");
+    let taints = w.cluster.nodes["node-c1"].spec.as_ref().unwrap().taints.clone().unwrap();
+    assert!(taints.iter().any(|t| t.key == labels::DISRUPTED_TAINT));
+    assert_eq!(w.cluster.evicted, ["default/web"]);
+    assert_eq!(w.cloud.instances().len(), 1, "the instance lives while pods drain");
+    w.at(9);
+    assert_eq!(w.step("c1").await, Next::After(Duration::from_secs(1)), "the do-not-disrupt pod waits");
+    w.at(10);
+    w.step("c1").await;
+    assert!(w.cluster.pods.is_empty(), "forced once the grace period is over");
+    w.step("c1").await;
+    assert!(w.gone("c1"));
+    assert!(w.cloud.instances().is_empty());
+    assert!(!w.cluster.nodes.contains_key("node-c1"));
+}
+
+#[tokio::test]
+async fn claims_expire_after_expire_after() {
+    let mut w = World::new();
+    running(&mut w, "c1").await;
+    let mut c = w.cluster.claims["c1"].clone();
+    c.spec.expire_after = crate::api::NillableDuration::from_secs(60 * MIN);
+    w.cluster.put_claim(c);
+    w.at(59);
+    w.step("c1").await;
+    assert!(!w.deleting("c1"));
+    w.at(60);
+    w.step("c1").await;
+    assert!(w.deleting("c1"));
+    assert_eq!(w.lifecycle.counters.expirations, 1);
+}
+
+/// Interruption: a spot interruption notice deletes the claim at once, marks the offering unavailable,
+/// and the node's pods get new capacity elsewhere; a rebalance recommendation does nothing.
+#[tokio::test]
+async fn a_spot_interruption_drains_replaces_and_marks_the_offering() {
+    let mut w = World::new();
+    running(&mut w, "c1").await;
+    bound_pod(
+        &mut w,
+        "job",
+        "node-c1",
+        json!({"spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": "1", "nvidia.com/gpu": "1"}}}]}}),
+    );
+    let pid = w.cluster.claims["c1"].provider_id().unwrap().to_owned();
+    let zone = w.cluster.claims["c1"].label(labels::ZONE).unwrap().to_owned();
+    assert_eq!(w.cluster.claims["c1"].label(labels::CAPACITY_TYPE), Some("spot"));
+    let now = w.clock.now();
+    assert_eq!(
+        w.lifecycle.interrupt(
+            &mut w.cluster,
+            &Interruption { provider_id: pid.clone(), kind: InterruptionKind::Rebalance },
+            now
+        ),
+        None
+    );
+    let hit = w.lifecycle.interrupt(
+        &mut w.cluster,
+        &Interruption { provider_id: pid, kind: InterruptionKind::SpotInterruption },
+        now,
+    );
+    assert_eq!(hit.as_deref(), Some("c1"));
+    assert!(w.deleting("c1"));
+    let key = OfferingKey::new("fake.gpu", &zone, crate::cloud::CapacityType::Spot);
+    assert!(w.unavailable.is_unavailable("fake", &key, now));
+    // Provisioning sees the deleting node's pod and buys for it, avoiding the interrupted offering.
+    let nodes: Vec<Node> = w.cluster.nodes.values().cloned().collect();
+    let pods: Vec<_> = w.cluster.pods.values().cloned().collect();
+    let claims: Vec<NodeClaim> = w.cluster.claims.values().cloned().collect();
+    let state = crate::state::ClusterState::from_objects(&pods, &nodes, &claims, &[], &[], &w.pools, now).unwrap();
+    let unavailable = w.unavailable.clone();
+    let types_for = move |_: &NodePool| {
+        let mut t = FakeCloud::default_catalog();
+        unavailable.apply("fake", &mut t, &[], now);
+        t
+    };
+    let r = crate::provisioning::schedule(&state, &types_for, &Default::default(), &Settings::default(), now);
+    assert_eq!(r.claims.len(), 1);
+    assert_eq!(r.claims[0].pods, ["default/job"]);
+    let launch = r.claims[0].launch.as_ref().unwrap();
+    assert!(!(launch.zone == zone && launch.capacity_type == crate::cloud::CapacityType::Spot), "{launch:?}");
+    w.step("c1").await;
+    assert_eq!(w.cluster.evicted, ["default/job"]);
+}

@@ -1,0 +1,234 @@
+//! Draining a node that is going away: taint it, evict its pods through the eviction API group by group
+//! (respecting PDBs and `karpenter.sh/do-not-disrupt`), and force what is left once the claim's
+//! `terminationGracePeriod` runs out.
+
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::Pod;
+
+use crate::api::labels;
+use crate::cluster::{Objects, pod_key};
+use crate::scheduling::{Selector, taints};
+
+/// Drain order: non-critical pods before critical ones, and within each, workloads before DaemonSet pods.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum DrainGroup {
+    /// Ordinary workload pods.
+    NonCritical,
+    /// DaemonSet pods that are not critical.
+    NonCriticalDaemon,
+    /// `system-cluster-critical` / `system-node-critical` workload pods.
+    Critical,
+    /// Critical DaemonSet pods.
+    CriticalDaemon,
+}
+
+/// Where a drain stands.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DrainStatus {
+    /// Whether nothing drainable is left.
+    pub done: bool,
+    /// Pods evicted in this step.
+    pub evicted: Vec<String>,
+    /// Pods forcibly deleted in this step (grace period over).
+    pub forced: Vec<String>,
+    /// Pods that must wait, with why.
+    pub waiting: Vec<(String, String)>,
+}
+
+fn group(pod: &Pod) -> DrainGroup {
+    let critical = matches!(
+        pod.spec.as_ref().and_then(|s| s.priority_class_name.as_deref()),
+        Some("system-cluster-critical" | "system-node-critical")
+    );
+    let daemon = pod.metadata.owner_references.iter().flatten().any(|o| o.kind == "DaemonSet");
+    match (critical, daemon) {
+        (false, false) => DrainGroup::NonCritical,
+        (false, true) => DrainGroup::NonCriticalDaemon,
+        (true, false) => DrainGroup::Critical,
+        (true, true) => DrainGroup::CriticalDaemon,
+    }
+}
+
+/// Whether the pod is drained at all: not finished, not a static pod, not tolerating the disruption taint.
+pub fn drainable(pod: &Pod) -> bool {
+    let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref()).unwrap_or("Pending");
+    let static_pod = pod.metadata.owner_references.iter().flatten().any(|o| o.kind == "Node");
+    let disrupted = taints::taint(labels::DISRUPTED_TAINT, None, "NoSchedule");
+    let tolerates = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.tolerations.as_ref())
+        .is_some_and(|t| t.iter().any(|t| taints::tolerates(t, &disrupted)));
+    !matches!(phase, "Succeeded" | "Failed") && !static_pod && !tolerates
+}
+
+fn do_not_disrupt(pod: &Pod, now: Timestamp) -> bool {
+    let Some(v) = pod.metadata.annotations.as_ref().and_then(|a| a.get(labels::DO_NOT_DISRUPT)) else { return false };
+    if v == "true" {
+        return true;
+    }
+    let Ok(d) = crate::api::parse_duration(v) else { return false };
+    let started = pod.status.as_ref().and_then(|s| s.start_time.as_ref()).map(|t| t.0);
+    started.is_none_or(|s| crate::clock::add(s, d) > now)
+}
+
+/// One drain step for `node`. Evicts the pods of the first group that still has any, as far as their
+/// PDBs allow; DaemonSet and critical pods go last. Once `grace_deadline` has passed, whatever is left is
+/// deleted.
+pub fn drain(cluster: &mut dyn Objects, node: &str, grace_deadline: Option<Timestamp>, now: Timestamp) -> DrainStatus {
+    let all = cluster.pods();
+    let mut on_node: Vec<&Pod> = all
+        .iter()
+        .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node) && drainable(p))
+        .collect();
+    let mut status = DrainStatus::default();
+    if on_node.is_empty() {
+        status.done = true;
+        return status;
+    }
+    if grace_deadline.is_some_and(|d| now >= d) {
+        for p in on_node {
+            let key = pod_key(p);
+            cluster.delete_pod(&key);
+            status.forced.push(key);
+        }
+        status.done = true;
+        return status;
+    }
+    on_node.sort_by_key(|p| group(p));
+    let first = group(on_node[0]);
+    // PDB allowances computed once per step, then spent as pods are evicted.
+    let pdbs = cluster.pdbs();
+    let mut allowed: Vec<(String, Selector, i32)> = pdbs
+        .iter()
+        .map(|pdb| {
+            let ns = pdb.metadata.namespace.clone().unwrap_or_else(|| "default".into());
+            let sel = Selector::from_label_selector(pdb.spec.as_ref().and_then(|s| s.selector.as_ref()));
+            let matching: Vec<&Pod> = all
+                .iter()
+                .filter(|p| {
+                    p.metadata.namespace.as_deref().unwrap_or("default") == ns
+                        && sel.matches(&p.metadata.labels.clone().unwrap_or_default())
+                })
+                .collect();
+            let expected = matching.len() as i32;
+            let healthy = matching
+                .iter()
+                .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+                .count() as i32;
+            let spec = pdb.spec.as_ref();
+            let left = if let Some(status) = pdb.status.as_ref().filter(|s| s.observed_generation.is_some()) {
+                status.disruptions_allowed
+            } else if let Some(max) = spec.and_then(|s| s.max_unavailable.as_ref()) {
+                resolve(max, expected) - (expected - healthy)
+            } else if let Some(min) = spec.and_then(|s| s.min_available.as_ref()) {
+                healthy - resolve(min, expected)
+            } else {
+                i32::MAX
+            };
+            (ns, sel, left)
+        })
+        .collect();
+    for p in on_node.into_iter().filter(|p| group(p) == first) {
+        let key = pod_key(p);
+        if do_not_disrupt(p, now) {
+            status.waiting.push((key, format!("{} is set", labels::DO_NOT_DISRUPT)));
+            continue;
+        }
+        let ns = p.metadata.namespace.as_deref().unwrap_or("default");
+        let pod_labels = p.metadata.labels.clone().unwrap_or_default();
+        let blocking: Vec<usize> = allowed
+            .iter()
+            .enumerate()
+            .filter(|(_, (pns, sel, _))| pns == ns && sel.matches(&pod_labels))
+            .map(|(i, _)| i)
+            .collect();
+        if let Some(i) = blocking.iter().find(|i| allowed[**i].2 < 1) {
+            status.waiting.push((key, format!("a PDB in {} allows no more evictions", allowed[*i].0)));
+            continue;
+        }
+        for i in blocking {
+            allowed[i].2 -= 1;
+        }
+        cluster.evict_pod(&key);
+        status.evicted.push(key);
+    }
+    status
+}
+
+fn resolve(value: &k8s_openapi::apimachinery::pkg::util::intstr::IntOrString, total: i32) -> i32 {
+    use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+    match value {
+        IntOrString::Int(i) => *i,
+        IntOrString::String(s) => (total * s.trim_end_matches('%').parse::<i32>().unwrap_or(0) + 99) / 100,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::InMemoryCluster;
+    use serde_json::json;
+
+    fn pod(name: &str, extra: serde_json::Value) -> Pod {
+        let mut v = json!({"metadata": {"name": name, "namespace": "default", "labels": {"app": name}},
+            "spec": {"nodeName": "n1", "containers": [{"name": "c"}]}, "status": {"phase": "Running"}});
+        crate::testing::merge(&mut v, extra);
+        serde_json::from_value(v).unwrap()
+    }
+
+    fn cluster(pods: Vec<Pod>) -> InMemoryCluster {
+        let mut c = InMemoryCluster::default();
+        for p in pods {
+            c.pods.insert(pod_key(&p), p);
+        }
+        c
+    }
+
+    fn t(s: i64) -> Timestamp {
+        Timestamp::from_second(1_767_225_600 + s).unwrap()
+    }
+
+    #[test]
+    fn drains_non_critical_pods_first_and_daemons_last() {
+        let daemon = json!({"metadata": {"ownerReferences": [{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "d", "uid": "1"}]}});
+        let critical = json!({"spec": {"priorityClassName": "system-cluster-critical"}});
+        let mut c = cluster(vec![pod("web", json!({})), pod("agent", daemon), pod("dns", critical)]);
+        assert_eq!(drain(&mut c, "n1", None, t(0)).evicted, ["default/web"]);
+        assert_eq!(drain(&mut c, "n1", None, t(1)).evicted, ["default/agent"]);
+        assert_eq!(drain(&mut c, "n1", None, t(2)).evicted, ["default/dns"]);
+        assert!(drain(&mut c, "n1", None, t(3)).done);
+    }
+
+    #[test]
+    fn skips_static_finished_and_tolerating_pods() {
+        let static_pod =
+            json!({"metadata": {"ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": "n1", "uid": "1"}]}});
+        let done = json!({"status": {"phase": "Succeeded"}});
+        let tolerant = json!({"spec": {"tolerations": [{"key": labels::DISRUPTED_TAINT, "operator": "Exists"}]}});
+        let mut c = cluster(vec![pod("mirror", static_pod), pod("finished", done), pod("stays", tolerant)]);
+        let s = drain(&mut c, "n1", None, t(0));
+        assert!(s.done && s.evicted.is_empty());
+    }
+
+    #[test]
+    fn pdbs_and_do_not_disrupt_hold_pods_until_the_grace_period_ends() {
+        let mut c = cluster(vec![
+            pod("web-1", json!({"metadata": {"labels": {"app": "web"}}})),
+            pod("web-2", json!({"metadata": {"labels": {"app": "web"}}})),
+            pod("train", json!({"metadata": {"annotations": {labels::DO_NOT_DISRUPT: "true"}}})),
+        ]);
+        c.pdbs.push(
+            serde_json::from_value(json!({"metadata": {"name": "web", "namespace": "default"},
+                "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"app": "web"}}}}))
+            .unwrap(),
+        );
+        let s = drain(&mut c, "n1", Some(t(600)), t(0));
+        assert_eq!(s.evicted.len(), 1, "the PDB allows one eviction at a time");
+        assert_eq!(s.waiting.len(), 2);
+        assert!(!s.done);
+        let s = drain(&mut c, "n1", Some(t(600)), t(600));
+        assert_eq!(s.forced.len(), 2, "past the termination grace period the rest is deleted");
+        assert!(s.done);
+    }
+}
