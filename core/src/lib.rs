@@ -21,6 +21,7 @@
 //!   its command queue;
 //! - [`lifecycle`]: a claim's life (launch, registration, initialization, timeouts, leases) and garbage
 //!   collection;
+//! - [`repair`]: node auto repair (reboot or replace unhealthy nodes);
 //! - [`termination`]: draining nodes that are going away;
 //! - [`provisioning`]: pending pods into NodeClaims (batching, one scheduling pass, nominations);
 //! - [`snapshot`]: cluster snapshots (Kubernetes objects and instance catalogs) read from YAML files.
@@ -37,6 +38,7 @@ pub mod cluster;
 pub mod disruption;
 pub mod lifecycle;
 pub mod provisioning;
+pub mod repair;
 pub mod resources;
 pub mod scheduling;
 pub mod settings;
