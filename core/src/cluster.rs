@@ -81,6 +81,8 @@ pub struct InMemoryCluster {
     pub pdbs: Vec<PodDisruptionBudget>,
     /// Pods evicted, in order.
     pub evicted: Vec<String>,
+    /// The API server's clock, stamped on created objects.
+    pub now: Option<Timestamp>,
 }
 
 /// The objects the lifecycle controllers read and write.
@@ -207,7 +209,9 @@ impl Cluster for InMemoryCluster {
     ) -> Result<(), ClusterError> {
         self.check(claim)?;
         self.log.push(format!("reason {claim} {}", reason.map(|r| r.as_str()).unwrap_or("-")));
-        let c = self.claims.entry(claim.to_owned()).or_insert_with(|| NodeClaim::new(claim, Default::default()));
+        let Some(c) = self.claims.get_mut(claim) else {
+            return Err(ClusterError::NotFound(format!("NodeClaim/{claim}")));
+        };
         match reason {
             Some(r) => c.set_condition(condition_types::DISRUPTION_REASON, ConditionStatus::True, r.as_str(), "", now),
             None => {
@@ -219,9 +223,14 @@ impl Cluster for InMemoryCluster {
         Ok(())
     }
 
-    fn create_claim(&mut self, claim: NodeClaim) -> Result<(), ClusterError> {
+    fn create_claim(&mut self, mut claim: NodeClaim) -> Result<(), ClusterError> {
         self.check(claim.name())?;
         self.log.push(format!("create {}", claim.name()));
+        // As an API server does: a UID and a creation time.
+        claim.metadata.uid.get_or_insert_with(|| format!("uid-{}", claim.metadata.name.as_deref().unwrap_or_default()));
+        if let (None, Some(now)) = (&claim.metadata.creation_timestamp, self.now) {
+            claim.metadata.creation_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(now));
+        }
         self.claims.insert(claim.name().to_owned(), claim);
         Ok(())
     }
@@ -229,7 +238,14 @@ impl Cluster for InMemoryCluster {
     fn delete_claim(&mut self, claim: &str) -> Result<(), ClusterError> {
         self.check(claim)?;
         self.log.push(format!("delete {claim}"));
-        self.claims.remove(claim);
+        // The termination finalizer holds the object: deletion only sets its timestamp.
+        let now = self.now.unwrap_or(Timestamp::UNIX_EPOCH);
+        match self.claims.get_mut(claim) {
+            Some(c) => {
+                c.metadata.deletion_timestamp.get_or_insert(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(now));
+            }
+            None => return Err(ClusterError::NotFound(format!("NodeClaim/{claim}"))),
+        }
         self.deleted.push(claim.to_owned());
         Ok(())
     }

@@ -15,6 +15,7 @@
 //! - [`resources`]: compact resource vectors (millicores, bytes, pods and extended resources);
 //! - [`cluster`]: the port controllers write through (and an in-memory implementation);
 //! - [`clock`]: the clock every controller takes, real or virtual;
+//! - [`sim`]: the controllers in virtual time over a simulated cluster and provider;
 //! - [`settings`]: the operator's settings, layered defaults < file < environment < flags.
 //! - [`state`]: the cluster mirror every decision reads;
 //! - [`disruption`]: the disruption ladder (emptiness, drift, multi- and single-node consolidation) and
@@ -42,6 +43,7 @@ pub mod repair;
 pub mod resources;
 pub mod scheduling;
 pub mod settings;
+pub mod sim;
 pub mod snapshot;
 pub mod state;
 pub mod termination;

@@ -221,12 +221,38 @@ impl ClusterState {
                     })?;
             let node_labels = node.metadata.labels.clone().unwrap_or_default();
             let pool = node_labels.get(labels::NODE_POOL).cloned();
+            let claim_of_node = claim_for_node.get(name.as_str());
+            // Until a node is initialized its extended resources (GPUs) may still read zero: plan with
+            // what its claim launched.
+            let allocatable = match claim_of_node {
+                Some(c) if !c.is_initialized() => c
+                    .status
+                    .as_ref()
+                    .map(|s| Resources::from_resource_list(&s.allocatable))
+                    .transpose()
+                    .ok()
+                    .flatten()
+                    .filter(|r| !r.is_zero())
+                    .map_or(allocatable, |r| r.max(&allocatable)),
+                _ => allocatable,
+            };
             let (claim, inferred) = match (claim_for_node.get(name.as_str()), &pool) {
                 (Some(c), _) => (Some((*c).clone()), false),
                 (None, Some(_)) => (Some(infer_claim(node, now)), true),
                 (None, None) => (None, false),
             };
-            let taints = node.spec.as_ref().and_then(|s| s.taints.clone()).unwrap_or_default();
+            let node_taints = node.spec.as_ref().and_then(|s| s.taints.clone()).unwrap_or_default();
+            let initialized_label = node_labels.get(labels::INITIALIZED).map(String::as_str) == Some("true");
+            // Until a node is initialized, plan with the taints its claim will leave on it, not the ones it
+            // boots with (unregistered, not-ready, startup taints).
+            let taints = match &claim {
+                Some(c) if !initialized_label && !c.is_initialized() => {
+                    let mut t = c.spec.taints.clone();
+                    t.extend(node_taints.iter().filter(|x| x.key == labels::DISRUPTED_TAINT).cloned());
+                    t
+                }
+                _ => node_taints,
+            };
             let deleting = node.metadata.deletion_timestamp.is_some()
                 || claim.as_ref().is_some_and(|c| c.metadata.deletion_timestamp.is_some())
                 || taints.iter().any(|t| t.key == labels::DISRUPTED_TAINT);
@@ -251,16 +277,22 @@ impl ClusterState {
                 pods: Vec::new(),
             });
         }
-        // Launched claims whose node has not registered yet are capacity in flight.
+        // Claims whose node has not registered yet are capacity in flight: launched ones with their
+        // instance's allocatable, not-yet-launched ones with what they were sized for.
         for c in claims {
             let registered = claim_for_node.values().any(|x| x.name() == c.name());
-            if registered || c.provider_id().is_none() {
+            if registered {
                 continue;
             }
             let status = c.status.clone().unwrap_or_default();
-            let allocatable = Resources::from_resource_list(&status.allocatable).map_err(|e| StateError::Object {
+            let (field, list) = if c.provider_id().is_some() {
+                ("status.allocatable", &status.allocatable)
+            } else {
+                ("spec.resources.requests", &c.spec.resources.requests)
+            };
+            let allocatable = Resources::from_resource_list(list).map_err(|e| StateError::Object {
                 object: format!("NodeClaim/{}", c.name()),
-                field: "status.allocatable".into(),
+                field: field.into(),
                 message: e.to_string(),
             })?;
             let mut node_labels: BTreeMap<String, String> = c.metadata.labels.clone().unwrap_or_default();
@@ -268,8 +300,7 @@ impl ClusterState {
             for (k, v) in reqs.single_values() {
                 node_labels.entry(k.to_owned()).or_insert_with(|| v.to_owned());
             }
-            let mut taints = c.spec.taints.clone();
-            taints.extend(c.spec.startup_taints.iter().cloned());
+            let taints = c.spec.taints.clone();
             by_name.insert(c.name().to_owned(), state.nodes.len());
             state.nodes.push(StateNode {
                 name: c.name().to_owned(),

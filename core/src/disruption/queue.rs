@@ -49,6 +49,8 @@ pub enum Outcome {
     Completed {
         /// The candidates' claims.
         claims: Vec<String>,
+        /// The replacement claims, all initialized.
+        replacements: Vec<String>,
     },
     /// The command failed and was undone.
     RolledBack {
@@ -202,7 +204,7 @@ impl Queue {
                     self.marked.remove(&c.node);
                 }
                 self.completed_total += 1;
-                outcomes.push(Outcome::Completed { claims });
+                outcomes.push(Outcome::Completed { claims, replacements: item.replacements.clone() });
                 continue;
             }
             self.items.push(item);
@@ -426,11 +428,14 @@ mod tests {
             let (pods, nodes, pools) = objects(json!({}));
             Self {
                 pods,
-                nodes,
+                nodes: nodes.clone(),
                 pools,
                 types: catalog(),
                 settings: Settings::default(),
-                cluster: InMemoryCluster::default(),
+                cluster: InMemoryCluster {
+                    claims: [("od".to_owned(), crate::state::infer_claim(&nodes[0], t(0)))].into(),
+                    ..Default::default()
+                },
                 nominations: Nominations::default(),
                 controller: Controller::new(),
                 seq: 0,
@@ -487,7 +492,10 @@ mod tests {
         assert!(w.cluster.deleted.is_empty());
         w.cluster.initialize("gpu-r1", t(90));
         let events = w.tick(t(91));
-        assert_eq!(events, [Event::Finished(Outcome::Completed { claims: vec!["od".into()] })]);
+        assert_eq!(
+            events,
+            [Event::Finished(Outcome::Completed { claims: vec!["od".into()], replacements: vec!["gpu-r1".into()] })]
+        );
         assert_eq!(w.cluster.deleted, ["od"]);
         assert_eq!(w.controller.queue.completed_total, 1);
     }

@@ -1,0 +1,412 @@
+//! The autoscaler in virtual time: the real provisioning, lifecycle, garbage-collection and disruption
+//! controllers over an in-memory cluster and a provider, with a simulated kube-scheduler (binds pending pods
+//! to nodes that fit, with the same constraints) and kubelet (registers launched instances after a boot
+//! delay, reports GPUs after a device-plugin delay).
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use serde_json::json;
+
+use crate::api::{NodeClaim, NodePool, condition_types, labels};
+use crate::clock::{self, Clock, VirtualClock};
+use crate::cloud::{CloudProvider, DynCloudProvider, InstanceType, ProviderRegistry, UnavailableOfferings};
+use crate::cluster::{InMemoryCluster, pod_key};
+use crate::disruption::queue::{Controller, Event};
+use crate::lifecycle::{Lifecycle, Next};
+use crate::provisioning::{self, Batcher, Nominations};
+use crate::scheduling::{Scheduler, SchedulerOptions};
+use crate::settings::Settings;
+use crate::state::ClusterState;
+
+/// How the simulated nodes behave.
+#[derive(Debug, Clone)]
+pub struct Kubelet {
+    /// From launch to the node registering.
+    pub registration_delay: Duration,
+    /// From registration to extended resources (GPUs) being reported and startup taints removed.
+    pub device_plugin_delay: Duration,
+}
+
+impl Default for Kubelet {
+    fn default() -> Self {
+        Self { registration_delay: Duration::from_secs(60), device_plugin_delay: Duration::from_secs(30) }
+    }
+}
+
+/// The simulated world.
+pub struct Sim {
+    /// The virtual clock.
+    pub clock: Arc<VirtualClock>,
+    /// The provider.
+    pub provider: DynCloudProvider,
+    /// The cluster.
+    pub cluster: InMemoryCluster,
+    /// NodePools.
+    pub pools: Vec<NodePool>,
+    /// Settings.
+    pub settings: Settings,
+    /// The unavailable-offerings cache, shared by provisioning and launch.
+    pub unavailable: Arc<UnavailableOfferings>,
+    /// The lifecycle controller.
+    pub lifecycle: Lifecycle,
+    /// The provisioning batcher.
+    pub batcher: Batcher,
+    /// Pods nominated to capacity on its way.
+    pub nominations: Nominations,
+    /// The disruption controller and its queue.
+    pub disruption: Controller,
+    /// Kubelet behaviour.
+    pub kubelet: Kubelet,
+    /// Instances whose kubelet never registers (by provider id).
+    pub never_register: HashSet<String>,
+    /// Extra registration delay per provider id.
+    pub late: HashMap<String, Duration>,
+    /// Pods a workload controller keeps alive: recreated (unbound) when evicted.
+    pub desired: BTreeMap<String, Pod>,
+    /// For each claim still booting, the pods provisioning last planned onto it.
+    pub reserved: HashMap<String, Vec<String>>,
+    /// Instance types (refreshed from the provider each provisioning pass).
+    types: Vec<InstanceType>,
+    next_gc: Timestamp,
+    seq: u64,
+    /// Disruption events, in order.
+    pub events: Vec<(Timestamp, Event)>,
+}
+
+impl Sim {
+    /// A world over `provider` with `pools`.
+    pub fn new(clock: Arc<VirtualClock>, provider: DynCloudProvider, pools: Vec<NodePool>, settings: Settings) -> Self {
+        let unavailable = Arc::new(UnavailableOfferings::new());
+        let lifecycle = Self::make_lifecycle(&provider, &unavailable, &settings);
+        let now = clock.now();
+        Self {
+            clock,
+            provider,
+            cluster: InMemoryCluster { now: Some(now), ..Default::default() },
+            pools,
+            batcher: Batcher::from_settings(&settings),
+            settings,
+            unavailable,
+            lifecycle,
+            nominations: Nominations::default(),
+            disruption: Controller::new(),
+            kubelet: Kubelet::default(),
+            never_register: HashSet::new(),
+            late: HashMap::new(),
+            desired: BTreeMap::new(),
+            reserved: HashMap::new(),
+            types: Vec::new(),
+            next_gc: now,
+            seq: 0,
+            events: Vec::new(),
+        }
+    }
+
+    fn make_lifecycle(
+        provider: &DynCloudProvider,
+        unavailable: &Arc<UnavailableOfferings>,
+        settings: &Settings,
+    ) -> Lifecycle {
+        let mut registry = ProviderRegistry::new();
+        // One provider per world: registering it cannot collide.
+        let _ = registry.register_arc(provider.clone());
+        Lifecycle::new(registry, unavailable.clone(), settings.clone())
+    }
+
+    /// The controller process restarts: everything it held in memory is gone and rebuilt from the cluster.
+    pub fn crash(&mut self) {
+        self.lifecycle = Self::make_lifecycle(&self.provider, &self.unavailable, &self.settings);
+        self.batcher = Batcher::from_settings(&self.settings);
+        self.nominations = Nominations::default();
+        let queue = std::mem::take(&mut self.disruption);
+        // In-flight commands are forgotten; their candidates keep the disrupted taint until a later pass.
+        drop(queue);
+    }
+
+    /// Adds a pod kept alive by a workload controller.
+    pub fn add_pod(&mut self, pod: Pod) {
+        let key = pod_key(&pod);
+        self.desired.insert(key.clone(), pod.clone());
+        self.cluster.pods.insert(key, pod);
+    }
+
+    /// Removes a pod for good (a finished job, a scale-down).
+    pub fn remove_pod(&mut self, key: &str) {
+        self.desired.remove(key);
+        self.cluster.pods.remove(key);
+    }
+
+    /// The cluster as the controllers see it.
+    pub fn state(&self) -> ClusterState {
+        let now = self.clock.now();
+        let pods: Vec<Pod> = self.cluster.pods.values().cloned().collect();
+        let nodes: Vec<Node> = self.cluster.nodes.values().cloned().collect();
+        let claims: Vec<NodeClaim> = self.cluster.claims.values().cloned().collect();
+        let mut s = ClusterState::from_objects(&pods, &nodes, &claims, &[], &self.cluster.pdbs, &self.pools, now)
+            .unwrap_or_default();
+        self.disruption.queue.apply(&mut s);
+        s
+    }
+
+    /// Advances virtual time by `total` in steps of `step`, running every controller at each step.
+    pub async fn run(&mut self, total: Duration, step: Duration) {
+        let end = clock::add(self.clock.now(), total);
+        while self.clock.now() < end {
+            self.clock.advance(step);
+            self.tick().await;
+        }
+    }
+
+    /// Runs every controller once at the current time.
+    pub async fn tick(&mut self) {
+        let now = self.clock.now();
+        self.cluster.now = Some(now);
+        self.workloads();
+        self.kubelets(now).await;
+        self.schedule_pods(now);
+        self.provision(now).await;
+        self.reconcile_claims(now).await;
+        // Garbage collection every two minutes; a failed run (a throttled list) is retried next tick.
+        if now >= self.next_gc && self.lifecycle.collect_garbage(&mut self.cluster, now).await.is_ok() {
+            self.next_gc = clock::add(now, Duration::from_secs(120));
+        }
+        self.disrupt(now);
+    }
+
+    fn workloads(&mut self) {
+        for (key, pod) in &self.desired {
+            if !self.cluster.pods.contains_key(key) {
+                let mut fresh = pod.clone();
+                if let Some(spec) = fresh.spec.as_mut() {
+                    spec.node_name = None;
+                }
+                fresh.status = None;
+                self.cluster.pods.insert(key.clone(), fresh);
+            }
+        }
+    }
+
+    async fn kubelets(&mut self, now: Timestamp) {
+        let registered: HashSet<String> =
+            self.cluster.nodes.values().filter_map(|n| n.spec.as_ref()?.provider_id.clone()).collect();
+        for claim in self.cluster.claims.values() {
+            let Some(pid) = claim.provider_id() else { continue };
+            if registered.contains(pid)
+                || self.never_register.contains(pid)
+                || claim.metadata.deletion_timestamp.is_some()
+            {
+                continue;
+            }
+            let launched =
+                claim.condition(condition_types::LAUNCHED).and_then(|c| c.last_transition_time).unwrap_or(now);
+            let delay = self.kubelet.registration_delay + self.late.get(pid).copied().unwrap_or_default();
+            if clock::since(now, launched) < delay || self.provider.get(pid).await.is_err() {
+                continue;
+            }
+            let status = claim.status.clone().unwrap_or_default();
+            let mut allocatable = status.allocatable.clone();
+            for (k, v) in allocatable.iter_mut() {
+                if !["cpu", "memory", "pods", "ephemeral-storage"].contains(&k.as_str()) {
+                    v.0 = "0".into();
+                }
+            }
+            let mut taints = vec![json!({"key": labels::UNREGISTERED_TAINT, "effect": "NoExecute"})];
+            taints.extend(
+                claim.spec.startup_taints.iter().map(|t| json!({"key": t.key, "value": t.value, "effect": t.effect})),
+            );
+            let node: Option<Node> = serde_json::from_value(json!({
+                "metadata": {"name": claim.name(), "labels": {labels::HOSTNAME: claim.name()},
+                    "annotations": {"tenon.dev/registered-at": now.to_string()}},
+                "spec": {"providerID": pid, "taints": taints},
+                "status": {"capacity": status.capacity, "allocatable": allocatable,
+                    "conditions": [{"type": "Ready", "status": "True"}]}
+            }))
+            .ok();
+            if let Some(node) = node {
+                self.cluster.nodes.insert(claim.name().to_owned(), node);
+            }
+        }
+        // The device plugin reports GPUs, and startup taints clear, after their delay.
+        for node in self.cluster.nodes.values_mut() {
+            let Some(at) = node
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get("tenon.dev/registered-at"))
+                .and_then(|t| t.parse::<Timestamp>().ok())
+            else {
+                continue;
+            };
+            if clock::since(now, at) < self.kubelet.device_plugin_delay {
+                continue;
+            }
+            let name = node.metadata.name.clone().unwrap_or_default();
+            let Some(claim) = self.cluster.claims.get(&name) else { continue };
+            let full = claim.status.as_ref().map(|s| s.allocatable.clone()).unwrap_or_default();
+            if let Some(st) = node.status.as_mut() {
+                st.allocatable = Some(full);
+            }
+            if let Some(t) = node.spec.as_mut().and_then(|s| s.taints.as_mut()) {
+                t.retain(|t| !claim.spec.startup_taints.iter().any(|s| s.key == t.key));
+            }
+        }
+    }
+
+    /// The kube-scheduler: binds pending pods to nodes that fit.
+    fn schedule_pods(&mut self, now: Timestamp) {
+        let state = self.state();
+        // kube-scheduler sees the node's actual taints (unregistered, startup), not the ones planned for.
+        let nodes: Vec<_> = state
+            .nodes
+            .iter()
+            .filter(|n| n.node.is_some() && n.ready)
+            .map(|n| {
+                let mut e = n.as_existing();
+                let node = n.node.as_ref();
+                e.taints = node.and_then(|x| x.spec.as_ref()).and_then(|s| s.taints.clone()).unwrap_or_default();
+                let real = node
+                    .and_then(|x| x.status.as_ref())
+                    .and_then(|s| s.allocatable.as_ref())
+                    .and_then(|a| crate::resources::Resources::from_resource_list(a).ok())
+                    .unwrap_or(n.allocatable);
+                e.available = real.sub(&n.requested);
+                e
+            })
+            .collect();
+        if nodes.is_empty() {
+            return;
+        }
+        let pending: Vec<_> = state.pending_pods().map(|p| p.info.clone()).collect();
+        if pending.is_empty() {
+            return;
+        }
+        let results =
+            Scheduler::new(Vec::new(), nodes, state.bound_pods(), &[], SchedulerOptions::default()).solve(pending);
+        for placed in results.existing {
+            for key in placed.pods {
+                if let Some(pod) = self.cluster.pods.get_mut(&key) {
+                    if let Some(spec) = pod.spec.as_mut() {
+                        spec.node_name = Some(placed.node.clone());
+                    }
+                    pod.status = serde_json::from_value(json!({"phase": "Running", "startTime": now.to_string()})).ok();
+                }
+            }
+        }
+    }
+
+    async fn provision(&mut self, now: Timestamp) {
+        let state = self.state();
+        let waiting = state
+            .pending_pods()
+            .chain(state.evicted_pods())
+            .any(|p| self.nominations.target(&p.info.key, now).is_none());
+        // Pods waiting without capacity on its way open a batch window.
+        if waiting && !self.batcher.is_open() {
+            self.batcher.trigger(now);
+        }
+        if !self.batcher.ready(now) {
+            return;
+        }
+        self.batcher.reset();
+        if (self.types.is_empty() || self.seq.is_multiple_of(10))
+            && let Some(pool) = self.pools.first()
+        {
+            self.types = self.provider.instance_types(pool).await.unwrap_or_default();
+        }
+        let mut types = self.types.clone();
+        self.unavailable.apply(self.provider.name(), &mut types, &[], now);
+        let types_for = move |_: &NodePool| types.clone();
+        self.nominations.expire(now, |t| self.cluster.claims.contains_key(t) || self.cluster.nodes.contains_key(t));
+        let seq = &mut self.seq;
+        let mut name_for = |pool: &str| {
+            *seq += 1;
+            format!("{pool}-{:05}", *seq)
+        };
+        let out =
+            provisioning::provision(&state, &types_for, &mut self.nominations, &self.settings, now, &mut name_for);
+        // Pods planned in this pass are no longer planned anywhere else.
+        let planned: HashSet<&String> = out
+            .results
+            .existing
+            .iter()
+            .flat_map(|p| &p.pods)
+            .chain(out.results.claims.iter().flat_map(|c| &c.pods))
+            .collect();
+        for pods in self.reserved.values_mut() {
+            pods.retain(|p| !planned.contains(p));
+        }
+        for placed in &out.results.existing {
+            if self.cluster.claims.get(&placed.node).is_some_and(|c| !c.is_true(condition_types::REGISTERED)) {
+                self.reserved.insert(placed.node.clone(), placed.pods.clone());
+            }
+        }
+        for (claim, plan) in out.claims.into_iter().zip(out.results.claims.iter()) {
+            self.reserved.insert(claim.name().to_owned(), plan.pods.clone());
+            let _ = crate::cluster::Cluster::create_claim(&mut self.cluster, claim);
+        }
+    }
+
+    async fn reconcile_claims(&mut self, now: Timestamp) {
+        let names: Vec<String> = self.cluster.claims.keys().cloned().collect();
+        for name in names {
+            for _ in 0..3 {
+                match self.lifecycle.reconcile(&mut self.cluster, &name, &self.pools, now).await {
+                    Ok(Next::After(d)) if d.is_zero() => continue,
+                    _ => break,
+                }
+            }
+        }
+    }
+
+    fn disrupt(&mut self, now: Timestamp) {
+        let state = self.state();
+        let mut types = self.types.clone();
+        self.unavailable.apply(self.provider.name(), &mut types, &[], now);
+        let types_for = move |_: &NodePool| types.clone();
+        let inputs = crate::disruption::Inputs { state: &state, types_for: &types_for, settings: &self.settings, now };
+        let seq = &mut self.seq;
+        let mut name_for = |pool: &str| {
+            *seq += 1;
+            format!("{pool}-{:05}", *seq)
+        };
+        for e in self.disruption.tick(&inputs, &mut self.cluster, &mut self.nominations, &mut name_for) {
+            self.events.push((now, e));
+        }
+    }
+
+    /// Live claims (not being deleted).
+    pub fn live_claims(&self) -> Vec<&NodeClaim> {
+        self.cluster.claims.values().filter(|c| c.metadata.deletion_timestamp.is_none()).collect()
+    }
+
+    /// Pods not bound to a node.
+    pub fn pending(&self) -> Vec<String> {
+        self.cluster
+            .pods
+            .iter()
+            .filter(|(_, p)| p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_none())
+            .map(|(k, _)| k.clone())
+            .collect()
+    }
+}
+
+/// A pod requesting `cpu` and optionally GPUs, for simulations and tests.
+pub fn pod(name: &str, cpu: &str, gpus: u32) -> Pod {
+    let mut requests = json!({"cpu": cpu, "memory": "1Gi"});
+    if gpus > 0 {
+        requests["nvidia.com/gpu"] = json!(gpus.to_string());
+    }
+    serde_json::from_value(json!({
+        "metadata": {"name": name, "namespace": "default", "creationTimestamp": Time(Timestamp::UNIX_EPOCH)},
+        "spec": {"containers": [{"name": "c", "resources": {"requests": requests}}]}
+    }))
+    .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests;
