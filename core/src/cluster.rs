@@ -83,6 +83,8 @@ pub struct InMemoryCluster {
     pub evicted: Vec<String>,
     /// The API server's clock, stamped on created objects.
     pub now: Option<Timestamp>,
+    /// VolumeAttachments: attachment name → node.
+    pub volume_attachments: BTreeMap<String, String>,
 }
 
 /// The objects the lifecycle controllers read and write.
@@ -105,6 +107,8 @@ pub trait Objects {
     fn pods(&self) -> Vec<Pod>;
     /// PodDisruptionBudgets.
     fn pdbs(&self) -> Vec<PodDisruptionBudget>;
+    /// Names of the VolumeAttachments still bound to a node.
+    fn volume_attachments(&self, node: &str) -> Vec<String>;
     /// Evicts a pod through the eviction API (the caller has checked its PDBs).
     fn evict_pod(&mut self, key: &str);
     /// Deletes a pod without eviction (forced, after the termination grace period).
@@ -151,6 +155,9 @@ impl Objects for InMemoryCluster {
     }
     fn pdbs(&self) -> Vec<PodDisruptionBudget> {
         self.pdbs.clone()
+    }
+    fn volume_attachments(&self, node: &str) -> Vec<String> {
+        self.volume_attachments.iter().filter(|(_, n)| n.as_str() == node).map(|(v, _)| v.clone()).collect()
     }
     fn evict_pod(&mut self, key: &str) {
         if self.pods.remove(key).is_some() {

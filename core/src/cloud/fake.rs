@@ -13,8 +13,8 @@ use async_trait::async_trait;
 use jiff::Timestamp;
 
 use super::{
-    CapacityType, CloudError, CloudProvider, DriftReason, Instance, InstanceState, InstanceType, LaunchOptions, Lease,
-    NodeClassKind, Offering, OfferingKey, ProviderDescriptor, RepairPolicy,
+    CapacityType, CloudError, CloudProvider, DriftReason, Instance, InstanceState, InstanceType, Interruption,
+    InterruptionKind, LaunchOptions, Lease, NodeClassKind, Offering, OfferingKey, ProviderDescriptor, RepairPolicy,
 };
 use crate::api::{NodeClaim, NodePool, NodeSelectorRequirement, labels};
 use crate::clock::{self, SharedClock, SystemClock};
@@ -107,6 +107,7 @@ struct State {
     drifted: HashMap<String, DriftReason>,
     calls: Vec<Call>,
     repair_policies: Vec<RepairPolicy>,
+    interruptions: Vec<Interruption>,
 }
 
 /// The in-memory provider.
@@ -316,6 +317,11 @@ impl FakeCloud {
     /// Makes the instance disappear without a delete (a preemption, a failed boot).
     pub fn vanish(&self, provider_id: &str) -> bool {
         self.state().instances.remove(provider_id).is_some()
+    }
+
+    /// Queues an interruption notice for the instance, delivered by the next `interruptions()` call.
+    pub fn announce(&self, provider_id: &str, kind: InterruptionKind) {
+        self.state().interruptions.push(Interruption { provider_id: provider_id.to_owned(), kind });
     }
 
     /// Reports `reason` as provider-side drift for the instance.
@@ -637,6 +643,10 @@ impl CloudProvider for FakeCloud {
 
     fn repair_policies(&self) -> Vec<RepairPolicy> {
         self.state().repair_policies.clone()
+    }
+
+    async fn interruptions(&self) -> Result<Vec<Interruption>, CloudError> {
+        Ok(std::mem::take(&mut self.state().interruptions))
     }
 
     async fn reboot(&self, claim: &NodeClaim) -> Result<(), CloudError> {

@@ -24,8 +24,9 @@ use async_trait::async_trait;
 pub use error::CloudError;
 pub use registry::{ProviderRegistry, RegistryError};
 pub use types::{
-    CapacityType, DriftReason, Instance, InstanceState, InstanceType, LaunchOptions, Lease, NodeClassKind, Offering,
-    OfferingKey, Overhead, ProviderDescriptor, RepairAction, RepairPolicy, default_repair_policies,
+    CapacityType, DriftReason, Instance, InstanceState, InstanceType, Interruption, InterruptionKind, LaunchOptions,
+    Lease, NodeClassKind, Offering, OfferingKey, Overhead, ProviderDescriptor, RepairAction, RepairPolicy,
+    default_repair_policies,
 };
 pub use unavailable::{DEFAULT_TTL as UNAVAILABLE_OFFERINGS_TTL, UnavailableOfferings};
 
@@ -79,6 +80,12 @@ pub trait CloudProvider: Send + Sync + Debug + 'static {
     /// Reboots the claim's instance in place, for repair; [`CloudError::Unsupported`] when the provider
     /// cannot.
     async fn reboot(&self, claim: &NodeClaim) -> Result<(), CloudError>;
+
+    /// Interruption notices received since the last call (spot interruption warnings, scheduled
+    /// maintenance, instances stopping or terminating). Providers without an event source return none.
+    async fn interruptions(&self) -> Result<Vec<Interruption>, CloudError> {
+        Ok(Vec::new())
+    }
 }
 
 /// A provider as the core holds it.
@@ -115,6 +122,9 @@ impl<T: CloudProvider + ?Sized> CloudProvider for Arc<T> {
     }
     async fn reboot(&self, claim: &NodeClaim) -> Result<(), CloudError> {
         (**self).reboot(claim).await
+    }
+    async fn interruptions(&self) -> Result<Vec<Interruption>, CloudError> {
+        (**self).interruptions().await
     }
 }
 

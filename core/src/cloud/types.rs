@@ -404,3 +404,27 @@ mod tests {
         assert_eq!(reboot[0].toleration, Duration::from_secs(600));
     }
 }
+
+/// What a provider announces about an instance.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum InterruptionKind {
+    /// A spot instance will be reclaimed (two minutes' notice on AWS).
+    SpotInterruption,
+    /// Scheduled maintenance will stop or retire the instance.
+    ScheduledChange,
+    /// The instance is stopping.
+    Stopping,
+    /// The instance is terminating.
+    Terminating,
+    /// A rebalance recommendation: informational, no action.
+    Rebalance,
+}
+
+/// An interruption event from a provider's stream.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Interruption {
+    /// The instance.
+    pub provider_id: String,
+    /// What happens to it.
+    pub kind: InterruptionKind,
+}

@@ -16,6 +16,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
 use crate::api::{ConditionStatus, NodeClaim, NodeClaimStatus, NodePool, condition_types, labels, parse_duration};
 use crate::clock;
 use crate::cloud::{CapacityType, CloudError, Instance, ProviderRegistry, UnavailableOfferings};
+pub use crate::cloud::{Interruption, InterruptionKind};
 use crate::cluster::Objects;
 use crate::disruption::ON_DEMAND_LEASE_EXPIRED;
 use crate::settings::Settings;
@@ -70,30 +71,6 @@ pub struct Counters {
     pub expirations: u64,
     /// Claims deleted because the provider announced an interruption.
     pub interruptions: u64,
-}
-
-/// What a provider announces about an instance.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum InterruptionKind {
-    /// A spot instance will be reclaimed (two minutes' notice on AWS).
-    SpotInterruption,
-    /// Scheduled maintenance will stop or retire the instance.
-    ScheduledChange,
-    /// The instance is stopping.
-    Stopping,
-    /// The instance is terminating.
-    Terminating,
-    /// A rebalance recommendation: informational, no action.
-    Rebalance,
-}
-
-/// An interruption event from a provider's stream.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Interruption {
-    /// The instance.
-    pub provider_id: String,
-    /// What happens to it.
-    pub kind: InterruptionKind,
 }
 
 /// Why a claim could not be reconciled.
@@ -182,6 +159,16 @@ impl Lifecycle {
         }
         let pool = claim.node_pool().and_then(|p| pools.iter().find(|x| x.name() == p));
         let age = created(&claim).map(|c| clock::since(now, c)).unwrap_or_default();
+
+        // Deleting a node deletes its claim (and the claim's termination drains and releases the node).
+        if let Some(pid) = claim.provider_id()
+            && cluster
+                .nodes()
+                .iter()
+                .any(|n| node_provider_id(n) == Some(pid) && n.metadata.deletion_timestamp.is_some())
+        {
+            return Ok(self.delete(cluster, claim, now, "node_deleted"));
+        }
 
         // Expiration: forceful, whatever the budgets say.
         if let Some(expire) = claim.spec.expire_after.duration()
@@ -388,6 +375,12 @@ impl Lifecycle {
                     if !drained.done {
                         return Ok(Next::After(Duration::from_secs(1)));
                     }
+                    // Volumes detach before the instance goes, unless the grace period is over.
+                    let attached = cluster.volume_attachments(&name);
+                    if !attached.is_empty() && deadline.is_none_or(|d| now < d) {
+                        tracing::debug!(node = %name, ?attached, "waiting for volumes to detach");
+                        return Ok(Next::After(Duration::from_secs(1)));
+                    }
                 }
             }
         }
@@ -427,6 +420,25 @@ impl Lifecycle {
         let name = claim.name().to_owned();
         self.delete(cluster, claim, now, "interrupted");
         Some(name)
+    }
+
+    /// Reads every provider's interruption notices and acts on them. Returns the claims interrupted.
+    pub async fn poll_interruptions(
+        &mut self,
+        cluster: &mut dyn Objects,
+        now: Timestamp,
+    ) -> Result<Vec<String>, LifecycleError> {
+        let mut hit = Vec::new();
+        for provider in self.registry.providers().to_vec() {
+            let events = provider
+                .interruptions()
+                .await
+                .map_err(|source| LifecycleError::Provider { claim: String::new(), source })?;
+            for e in events {
+                hit.extend(self.interrupt(cluster, &e, now));
+            }
+        }
+        Ok(hit)
     }
 
     /// Reconciles claims against what the providers list: claims whose instance vanished (after the

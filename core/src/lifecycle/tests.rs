@@ -563,3 +563,23 @@ async fn a_spot_interruption_drains_replaces_and_marks_the_offering() {
     w.step("c1").await;
     assert_eq!(w.cluster.evicted, ["default/job"]);
 }
+
+#[tokio::test]
+async fn volumes_detach_before_the_instance_goes_and_deleting_the_node_deletes_the_claim() {
+    let mut w = World::new();
+    running(&mut w, "c1").await;
+    w.cluster.volume_attachments.insert("csi-123".into(), "node-c1".into());
+    // kubectl delete node: the claim follows.
+    let mut n = w.cluster.nodes["node-c1"].clone();
+    n.metadata.deletion_timestamp = Some(Time(w.clock.now()));
+    w.cluster.put_node(n);
+    w.step("c1").await;
+    assert!(w.deleting("c1"));
+    assert_eq!(w.step("c1").await, Next::After(Duration::from_secs(1)), "waiting for the volume");
+    assert_eq!(w.cloud.instances().len(), 1);
+    w.cluster.volume_attachments.clear();
+    assert_eq!(w.step("c1").await, Next::After(Duration::from_secs(5)), "terminating");
+    w.step("c1").await;
+    assert!(w.gone("c1"));
+    assert!(!w.cluster.nodes.contains_key("node-c1"));
+}

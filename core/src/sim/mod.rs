@@ -170,6 +170,7 @@ impl Sim {
         self.kubelets(now).await;
         self.schedule_pods(now);
         self.provision(now).await;
+        let _ = self.lifecycle.poll_interruptions(&mut self.cluster, now).await;
         self.reconcile_claims(now).await;
         // Garbage collection every two minutes; a failed run (a throttled list) is retried next tick.
         if now >= self.next_gc && self.lifecycle.collect_garbage(&mut self.cluster, now).await.is_ok() {

@@ -43,6 +43,32 @@ async fn pending_pods_get_nodes_that_boot_register_initialize_and_run_them() {
     assert!(cloud.instances().is_empty());
 }
 
+/// A spot interruption notice: the node is tainted, drained and its pods land on new capacity outside the
+/// interrupted offering, at once.
+#[tokio::test]
+async fn a_spot_interruption_notice_replaces_the_node_at_once() {
+    let (mut sim, cloud) = world(1);
+    sim.run(Duration::from_secs(3 * 60), STEP).await;
+    assert!(sim.pending().is_empty());
+    let victim = sim.live_claims()[0].clone();
+    let pid = victim.provider_id().unwrap().to_owned();
+    assert_eq!(victim.label(labels::CAPACITY_TYPE), Some("spot"));
+    cloud.announce(&pid, crate::cloud::InterruptionKind::SpotInterruption);
+    sim.clock.advance(STEP);
+    sim.tick().await;
+    assert!(sim.cluster.claims.get(victim.name()).is_none_or(|c| c.metadata.deletion_timestamp.is_some()));
+    let key = OfferingKey::new(
+        victim.label(labels::INSTANCE_TYPE).unwrap(),
+        victim.label(labels::ZONE).unwrap(),
+        CapacityType::Spot,
+    );
+    assert!(sim.unavailable.is_unavailable("fake", &key, sim.clock.now()));
+    sim.run(Duration::from_secs(3 * 60), STEP).await;
+    assert!(sim.pending().is_empty(), "the pod runs on the replacement");
+    assert!(cloud.instances().iter().all(|i| i.provider_id != pid), "the interrupted instance is gone");
+    assert_eq!(sim.live_claims().len(), 1);
+}
+
 struct Faults {
     rng: Rng,
     exhausted: Vec<(OfferingKey, u32)>,
