@@ -20,6 +20,8 @@ pub const BREAKER: f64 = 0.20;
 pub const MAX_REBOOTS: usize = 2;
 /// The window over which reboots are counted.
 pub const REBOOT_WINDOW: Duration = Duration::from_secs(24 * 3600);
+/// How long a reboot may take to bring the node back healthy before repair acts again.
+pub const REBOOT_TIMEOUT: Duration = Duration::from_secs(20 * 60);
 
 /// What repair decided for one node.
 #[derive(Debug, Clone)]
@@ -142,6 +144,15 @@ impl Repairer {
             .map(|(p, a, _)| (p, a))
             .collect();
         for (node, u) in due {
+            // A reboot in progress gets its 20 minutes to bring the node back.
+            let rebooting = self
+                .reboots
+                .get(&node.name)
+                .and_then(|v| v.last())
+                .is_some_and(|t| clock::since(now, *t) < REBOOT_TIMEOUT);
+            if rebooting {
+                continue;
+            }
             let pool = node.pool.as_deref().unwrap_or_default();
             let (total, sick) = by_pool.get(pool).copied().unwrap_or((1, 0));
             if sick as f64 > BREAKER * total as f64 {

@@ -33,6 +33,8 @@ use crate::state::ClusterState;
 /// A disruption method, in the order a pass tries them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub enum Method {
+    /// Replace (or reboot) nodes reporting a monitored unhealthy condition (behind `NodeRepair`).
+    NodeRepair,
     /// Delete nodes whose pods cost nothing to move.
     Emptiness,
     /// Replace drifted nodes of static (replica-pinned) pools.
@@ -151,6 +153,8 @@ pub fn compute(inputs: &Inputs<'_>) -> Pass {
             Method::Drift => sim.drift(&cands, false),
             Method::MultiNodeConsolidation => sim.multi_node(&cands, started),
             Method::SingleNodeConsolidation => sim.single_node(&cands, started),
+            // Repair runs from the controller, which holds the provider's policies and reboot history.
+            Method::NodeRepair => (Vec::new(), Vec::new()),
         };
         if !commands.is_empty() {
             let acted: Vec<&str> = commands.iter().flat_map(|c| c.candidates.iter().map(|x| x.node.as_str())).collect();

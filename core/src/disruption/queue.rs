@@ -217,6 +217,17 @@ impl Queue {
 /// candidate within budget, and the simulation must reproduce the decision. Returns the fresh command, or
 /// why it is stale.
 pub fn validate(command: &Command, method: Method, inputs: &Inputs<'_>) -> Result<Command, String> {
+    if method == Method::NodeRepair {
+        // Repair ignores PDBs and do-not-disrupt; the node only has to still be there.
+        return match command
+            .candidates
+            .iter()
+            .find(|c| !inputs.state.nodes.iter().any(|n| n.name == c.node && !n.deleting))
+        {
+            Some(c) => Err(format!("{} is gone or being deleted", c.node)),
+            None => Ok(command.clone()),
+        };
+    }
     let (cands, blocked) = candidates(inputs.state, inputs.types_for, inputs.now);
     let mut chosen = Vec::new();
     for c in &command.candidates {
@@ -243,6 +254,7 @@ pub fn validate(command: &Command, method: Method, inputs: &Inputs<'_>) -> Resul
             Some(c) => Err(format!("{} no longer drifts", c.node)),
             None => Ok(command.clone()),
         },
+        Method::NodeRepair => Ok(command.clone()),
         Method::MultiNodeConsolidation | Method::SingleNodeConsolidation => {
             let mut sim = Simulator::new(inputs, &cands);
             let fresh = sim.consolidate(&chosen, method == Method::MultiNodeConsolidation)?;
@@ -285,6 +297,22 @@ pub enum Event {
     },
     /// A queued command finished or was undone.
     Finished(Outcome),
+    /// Repair asks the executor to reboot a node in place.
+    Reboot {
+        /// The node.
+        node: String,
+        /// Its claim.
+        claim: String,
+    },
+    /// Repair is blocked for a node (`DisruptionBlocked`, `NodeRepairBlocked`).
+    RepairBlocked {
+        /// The node.
+        node: String,
+        /// The event reason.
+        event: &'static str,
+        /// Why.
+        message: String,
+    },
 }
 
 #[derive(Debug, Clone)]
@@ -300,6 +328,12 @@ struct Proposal {
 pub struct Controller {
     /// The queue of commands in flight.
     pub queue: Queue,
+    /// Node repair and its reboot history.
+    pub repairer: crate::repair::Repairer,
+    /// The provider's repair policies (repair runs only with the `NodeRepair` gate on).
+    pub repair_policies: Vec<crate::cloud::RepairPolicy>,
+    /// Whether the provider can reboot in place.
+    pub reboot_supported: bool,
     proposals: Vec<Proposal>,
     next_pass: Option<Timestamp>,
 }
@@ -349,6 +383,27 @@ impl Controller {
             return events;
         }
         self.next_pass = Some(clock::add(now, inputs.settings.disruption_poll_period));
+        // Repair first, when enabled.
+        let ready_at = clock::add(now, inputs.settings.command_validation_delay);
+        for d in self.repairer.decide(inputs, &self.repair_policies, self.reboot_supported) {
+            match d {
+                crate::repair::RepairDecision::Replace(command) => {
+                    let nodes = command.candidates.iter().map(|c| c.node.clone()).collect();
+                    events.push(Event::Proposed { method: Method::NodeRepair, nodes });
+                    self.proposals.push(Proposal { command, method: Method::NodeRepair, ready_at });
+                }
+                crate::repair::RepairDecision::Reboot { node, claim } => {
+                    self.repairer.rebooted(&node, now);
+                    events.push(Event::Reboot { node, claim });
+                }
+                crate::repair::RepairDecision::Blocked { node, event, message } => {
+                    events.push(Event::RepairBlocked { node, event, message });
+                }
+            }
+        }
+        if !self.proposals.is_empty() {
+            return events;
+        }
         let pass = super::compute(inputs);
         if let Some(method) = pass.method {
             let ready_at = clock::add(now, inputs.settings.command_validation_delay);

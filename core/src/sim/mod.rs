@@ -76,6 +76,8 @@ pub struct Sim {
     seq: u64,
     /// Disruption events, in order.
     pub events: Vec<(Timestamp, Event)>,
+    /// Nodes rebooting for repair, since when.
+    rebooted: HashMap<String, Timestamp>,
 }
 
 impl Sim {
@@ -84,6 +86,7 @@ impl Sim {
         let unavailable = Arc::new(UnavailableOfferings::new());
         let lifecycle = Self::make_lifecycle(&provider, &unavailable, &settings);
         let now = clock.now();
+        let disruption = Self::make_disruption(&provider);
         Self {
             clock,
             provider,
@@ -94,7 +97,7 @@ impl Sim {
             unavailable,
             lifecycle,
             nominations: Nominations::default(),
-            disruption: Controller::new(),
+            disruption,
             kubelet: Kubelet::default(),
             never_register: HashSet::new(),
             late: HashMap::new(),
@@ -104,6 +107,7 @@ impl Sim {
             next_gc: now,
             seq: 0,
             events: Vec::new(),
+            rebooted: HashMap::new(),
         }
     }
 
@@ -118,14 +122,20 @@ impl Sim {
         Lifecycle::new(registry, unavailable.clone(), settings.clone())
     }
 
+    fn make_disruption(provider: &DynCloudProvider) -> Controller {
+        let mut c = Controller::new();
+        c.repair_policies = provider.repair_policies();
+        c.reboot_supported = true;
+        c
+    }
+
     /// The controller process restarts: everything it held in memory is gone and rebuilt from the cluster.
     pub fn crash(&mut self) {
         self.lifecycle = Self::make_lifecycle(&self.provider, &self.unavailable, &self.settings);
         self.batcher = Batcher::from_settings(&self.settings);
         self.nominations = Nominations::default();
-        let queue = std::mem::take(&mut self.disruption);
         // In-flight commands are forgotten; their candidates keep the disrupted taint until a later pass.
-        drop(queue);
+        self.disruption = Self::make_disruption(&self.provider);
     }
 
     /// Adds a pod kept alive by a workload controller.
@@ -176,7 +186,7 @@ impl Sim {
         if now >= self.next_gc && self.lifecycle.collect_garbage(&mut self.cluster, now).await.is_ok() {
             self.next_gc = clock::add(now, Duration::from_secs(120));
         }
-        self.disrupt(now);
+        self.disrupt(now).await;
     }
 
     fn workloads(&mut self) {
@@ -364,7 +374,7 @@ impl Sim {
         }
     }
 
-    fn disrupt(&mut self, now: Timestamp) {
+    async fn disrupt(&mut self, now: Timestamp) {
         let state = self.state();
         let mut types = self.types.clone();
         self.unavailable.apply(self.provider.name(), &mut types, &[], now);
@@ -375,8 +385,35 @@ impl Sim {
             *seq += 1;
             format!("{pool}-{:05}", *seq)
         };
-        for e in self.disruption.tick(&inputs, &mut self.cluster, &mut self.nominations, &mut name_for) {
+        let events = self.disruption.tick(&inputs, &mut self.cluster, &mut self.nominations, &mut name_for);
+        for e in events {
+            if let Event::Reboot { node, claim } = &e
+                && let Some(c) = self.cluster.claims.get(claim).cloned()
+            {
+                // The executor's half of a reboot: taint the node and ask the provider.
+                if let Some(n) = self.cluster.nodes.get_mut(node) {
+                    let taints = n.spec.get_or_insert_with(Default::default).taints.get_or_insert_with(Vec::new);
+                    taints.push(crate::scheduling::taints::taint(labels::REBOOTING_TAINT, None, "NoSchedule"));
+                }
+                let _ = self.provider.reboot(&c).await;
+                self.rebooted.insert(node.clone(), now);
+            }
             self.events.push((now, e));
+        }
+        // A rebooted node comes back (its rebooting taint removed) after two minutes.
+        let back: Vec<String> = self
+            .rebooted
+            .iter()
+            .filter(|(_, t)| clock::since(now, **t) >= Duration::from_secs(120))
+            .map(|(n, _)| n.clone())
+            .collect();
+        for n in back {
+            self.rebooted.remove(&n);
+            if let Some(node) = self.cluster.nodes.get_mut(&n)
+                && let Some(t) = node.spec.as_mut().and_then(|s| s.taints.as_mut())
+            {
+                t.retain(|t| t.key != labels::REBOOTING_TAINT);
+            }
         }
     }
 

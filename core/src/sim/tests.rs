@@ -69,6 +69,56 @@ async fn a_spot_interruption_notice_replaces_the_node_at_once() {
     assert_eq!(sim.live_claims().len(), 1);
 }
 
+fn sicken(sim: &mut Sim, node: &str, reason: &str, minutes_ago: i64) {
+    let at = sim.clock.now() - jiff::SignedDuration::from_mins(minutes_ago);
+    let n = sim.cluster.nodes.get_mut(node).unwrap();
+    let conditions = n.status.as_mut().unwrap().conditions.as_mut().unwrap();
+    conditions.push(
+        serde_json::from_value(json!({"type": "AcceleratedHardwareReady", "status": "False", "reason": reason,
+            "lastTransitionTime": at.to_string()}))
+        .unwrap(),
+    );
+}
+
+fn repair_world() -> (Sim, Arc<FakeCloud>) {
+    // Six nodes, so one sick node stays under the 20% breaker.
+    let (mut sim, cloud) = world(0);
+    for i in 0..6 {
+        sim.add_pod(pod(&format!("big-{i}"), "5", 0));
+    }
+    sim.settings =
+        crate::settings::load(None, vec![("FEATURE_GATES".into(), "NodeRepair=true".into())], &[]).unwrap().settings;
+    (sim, cloud)
+}
+
+/// Node repair: a transient GPU fault (XID 48) reboots the node in place; a fatal one (XID 79) replaces it
+/// through the queue, the replacement initialized before the sick node goes.
+#[tokio::test]
+async fn repair_reboots_transient_faults_and_replaces_fatal_ones() {
+    let (mut sim, cloud) = repair_world();
+    sim.run(Duration::from_secs(3 * 60), STEP).await;
+    let sick = sim.live_claims()[0].name().to_owned();
+    sicken(&mut sim, &sick, "XID48 detected", 11);
+    sim.run(Duration::from_secs(30), STEP).await;
+    assert!(cloud.calls().iter().any(|c| matches!(c, crate::cloud::fake::Call::Reboot { claim } if *claim == sick)));
+    assert!(sim.events.iter().any(|(_, e)| matches!(e, Event::Reboot { node, .. } if *node == sick)));
+    assert!(sim.cluster.claims[&sick].metadata.deletion_timestamp.is_none(), "rebooted, not replaced");
+
+    let (mut sim, _cloud) = repair_world();
+    sim.run(Duration::from_secs(3 * 60), STEP).await;
+    let sick = sim.live_claims()[0].name().to_owned();
+    sicken(&mut sim, &sick, "XID79 fell off the bus", 11);
+    sim.run(Duration::from_secs(5 * 60), STEP).await;
+    assert!(
+        sim.events
+            .iter()
+            .any(|(_, e)| matches!(e, Event::Proposed { method: crate::disruption::Method::NodeRepair, .. }))
+    );
+    assert!(!sim.cluster.claims.contains_key(&sick), "replaced");
+    assert_eq!(sim.live_claims().len(), 6);
+    assert!(sim.pending().is_empty());
+}
+
 struct Faults {
     rng: Rng,
     exhausted: Vec<(OfferingKey, u32)>,
