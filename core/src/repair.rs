@@ -91,6 +91,7 @@ fn unhealthy<'p>(node: &StateNode, policies: &'p [RepairPolicy]) -> Option<Unhea
 #[derive(Debug, Default)]
 pub struct Repairer {
     reboots: HashMap<String, Vec<Timestamp>>,
+    failed: std::collections::HashSet<String>,
 }
 
 impl Repairer {
@@ -102,6 +103,11 @@ impl Repairer {
     /// Records that `node` was rebooted at `now`.
     pub fn rebooted(&mut self, node: &str, now: Timestamp) {
         self.reboots.entry(node.to_owned()).or_default().push(now);
+    }
+
+    /// Records that a reboot of `node` failed (the provider refused it); repair replaces the node next.
+    pub fn reboot_failed(&mut self, node: &str) {
+        self.failed.insert(node.to_owned());
     }
 
     fn recent_reboots(&self, node: &str, now: Timestamp) -> usize {
@@ -334,6 +340,25 @@ mod tests {
         assert!(
             decide(fleet(node("n", sick("AcceleratedHardwareReady", "XID79", 11), json!({}))), &r, false).is_empty(),
             "gate off"
+        );
+    }
+
+    #[test]
+    fn a_reboot_that_fails_or_does_not_clear_the_fault_means_a_replacement() {
+        let mut r = Repairer::new();
+        r.reboot_failed("n");
+        let d = decide(fleet(node("n", sick("AcceleratedHardwareReady", "XID48", 11), json!({}))), &r, true);
+        assert!(matches!(&d[..], [RepairDecision::Replace(_)]), "{d:?}");
+        // Rebooted 25 minutes ago, and the condition from before the reboot is still there.
+        let mut r = Repairer::new();
+        r.rebooted("n", now() - jiff::SignedDuration::from_mins(25));
+        let d = decide(fleet(node("n", sick("AcceleratedHardwareReady", "XID48", 40), json!({}))), &r, true);
+        assert!(matches!(&d[..], [RepairDecision::Replace(_)]), "{d:?}");
+        // Rebooted 5 minutes ago: still inside its 20 minutes.
+        let mut r = Repairer::new();
+        r.rebooted("n", now() - jiff::SignedDuration::from_mins(5));
+        assert!(
+            decide(fleet(node("n", sick("AcceleratedHardwareReady", "XID48", 40), json!({}))), &r, true).is_empty()
         );
     }
 

@@ -395,8 +395,12 @@ impl Sim {
                     let taints = n.spec.get_or_insert_with(Default::default).taints.get_or_insert_with(Vec::new);
                     taints.push(crate::scheduling::taints::taint(labels::REBOOTING_TAINT, None, "NoSchedule"));
                 }
-                let _ = self.provider.reboot(&c).await;
-                self.rebooted.insert(node.clone(), now);
+                match self.provider.reboot(&c).await {
+                    Ok(()) => {
+                        self.rebooted.insert(node.clone(), now);
+                    }
+                    Err(_) => self.disruption.repairer.reboot_failed(node),
+                }
             }
             self.events.push((now, e));
         }
