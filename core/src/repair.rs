@@ -194,8 +194,12 @@ impl Repairer {
                 }
             }
             let claim = node.claim.as_ref().map(|c| c.name().to_owned()).unwrap_or_default();
+            // A reboot that failed, or after which the same fault persisted past its window, means replace.
+            let last = self.reboots.get(&node.name).and_then(|v| v.last().copied());
+            let reboot_failed = self.failed.contains(&node.name) || last.is_some_and(|t| u.since <= t);
             if u.policy.action == RepairAction::Reboot
                 && reboot_supported
+                && !reboot_failed
                 && self.recent_reboots(&node.name, now) < MAX_REBOOTS
             {
                 out.push(RepairDecision::Reboot { node: node.name.clone(), claim });
