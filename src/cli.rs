@@ -49,8 +49,11 @@ enum Command {
     },
     /// Run a workload scenario in virtual time and report what the fleet cost.
     Simulate {
-        /// The scenario file.
-        scenario: Option<PathBuf>,
+        /// The scenario file (see examples/scenarios/).
+        scenario: PathBuf,
+        /// `text` for a person, `json` for scripts.
+        #[arg(long, short, value_enum, default_value_t = Output::Text)]
+        output: Output,
     },
     /// Run the operator against a cluster.
     Run,
@@ -128,7 +131,17 @@ fn execute(operator: Operator, cli: Cli) -> Result<ExitCode> {
                 Output::Text => crate::plan::print_text(&mut out, &plan)?,
             }
         }
-        Command::Simulate { .. } => bail!("`tenon simulate` is not built yet"),
+        Command::Simulate { scenario, output } => {
+            let loaded = load_settings(&cli)?;
+            let report = crate::simulate::run(scenario, &loaded.settings, &cli.set)?;
+            match output {
+                Output::Json => {
+                    serde_json::to_writer_pretty(&mut out, &report)?;
+                    writeln!(out)?;
+                }
+                Output::Text => crate::simulate::print_text(&mut out, &report)?,
+            }
+        }
         Command::Run => bail!("`tenon run` is not built yet"),
     }
     Ok(ExitCode::SUCCESS)

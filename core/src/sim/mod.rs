@@ -450,5 +450,7 @@ pub fn pod(name: &str, cpu: &str, gpus: u32) -> Pod {
     .unwrap_or_default()
 }
 
+pub mod scenario;
+
 #[cfg(test)]
 mod tests;

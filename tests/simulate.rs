@@ -1,0 +1,67 @@
+//! `tenon simulate`: scenarios run deterministically, report what they cost, and bad scenarios are
+//! refused before anything runs.
+
+#![allow(clippy::unwrap_used)] // test helpers outside #[test] functions unwrap too
+
+use std::path::Path;
+use std::process::Command;
+
+use tenon_core::sim::scenario::{self, Scenario};
+
+fn report(path: &str) -> scenario::Report {
+    let s = Scenario::load(Path::new(path)).unwrap();
+    let settings = s.settings(&[]).unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+    rt.block_on(scenario::run(&s, settings, &mut |_, _, _| {}))
+}
+
+#[test]
+fn the_same_seed_gives_the_same_report() {
+    let a = serde_json::to_string(&report("tests/scenarios/short.yaml")).unwrap();
+    let b = serde_json::to_string(&report("tests/scenarios/short.yaml")).unwrap();
+    assert_eq!(a, b);
+}
+
+#[test]
+fn a_run_schedules_everything_and_accounts_for_its_cost() {
+    let r = report("tests/scenarios/short.yaml");
+    assert_eq!(r.hours, 3.0);
+    assert!(r.total_cost > 0.0);
+    assert!(r.launches > 0);
+    assert_eq!(r.pending_at_end, 0, "every pod runs by the end");
+    let by_type: f64 = r.cost_per_hour_by_capacity_type.values().sum::<f64>() * r.hours;
+    assert!((by_type - r.total_cost).abs() < 1e-6, "{by_type} vs {}", r.total_cost);
+    assert!(r.pods_evicted > 0, "the spot interruption moved pods");
+    assert_eq!(r.timeline.len(), 18, "a sample every 10 minutes");
+}
+
+#[test]
+fn bad_scenarios_name_the_field_and_fail_before_running() {
+    let dir = std::env::temp_dir().join(format!("tenon-sim-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let good = std::fs::read_to_string("tests/scenarios/short.yaml").unwrap().replace(
+        "../../examples/catalogs/aws-us-east-1.yaml",
+        &format!("{}/examples/catalogs/aws-us-east-1.yaml", env!("CARGO_MANIFEST_DIR")),
+    );
+    for (from, to, field) in [
+        ("duration: 3h", "duration: three hours", "spec.duration"),
+        ("every: 40m", "every: 40", "spec.workloads[0]"),
+        ("cpu: 500m, zoneSpread", "cpu: 500m, zoneSpreed", "spec.workloads[1]"),
+        ("spotInterruptions: 0.5", "spotInterruptions: 5", "spec.events[0].spotInterruptions"),
+        ("{nodes: \"20%\"}", "{nodes: \"20%\"}", ""),
+        ("operator: In, values: [g5]", "operator: Maybe, values: [g5]", "spec.nodePools[0]"),
+    ] {
+        if from == to {
+            continue;
+        }
+        let file = dir.join("bad.yaml");
+        std::fs::write(&file, good.replace(from, to)).unwrap();
+        let out =
+            Command::new(env!("CARGO_BIN_EXE_tenon")).args(["simulate", file.to_str().unwrap()]).output().unwrap();
+        assert!(!out.status.success(), "{to}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("bad.yaml") && err.contains(field), "{to}: {err}");
+        assert!(out.stdout.is_empty());
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
