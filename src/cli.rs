@@ -54,6 +54,12 @@ enum Command {
         /// `text` for a person, `json` for scripts.
         #[arg(long, short, value_enum, default_value_t = Output::Text)]
         output: Output,
+        /// Also write a self-contained HTML report here.
+        #[arg(long, value_name = "FILE")]
+        report: Option<PathBuf>,
+        /// Run the scenario twice, with the settings of file A and of file B, and print both side by side.
+        #[arg(long, num_args = 2, value_names = ["A", "B"], conflicts_with = "report")]
+        compare: Option<Vec<PathBuf>>,
     },
     /// Run the operator against a cluster.
     Run,
@@ -131,9 +137,30 @@ fn execute(operator: Operator, cli: Cli) -> Result<ExitCode> {
                 Output::Text => crate::plan::print_text(&mut out, &plan)?,
             }
         }
-        Command::Simulate { scenario, output } => {
-            let loaded = load_settings(&cli)?;
-            let report = crate::simulate::run(scenario, &loaded.settings, &cli.set)?;
+        Command::Simulate { scenario, output, compare: Some(files), .. } => {
+            let runs = files
+                .iter()
+                .map(|f| crate::simulate::settings_file(f).and_then(|flags| crate::simulate::run(scenario, &flags)))
+                .collect::<Result<Vec<_>>>()?;
+            match output {
+                Output::Json => {
+                    let both: Vec<_> = files
+                        .iter()
+                        .zip(&runs)
+                        .map(|(f, r)| serde_json::json!({"settings": f.display().to_string(), "report": r}))
+                        .collect();
+                    serde_json::to_writer_pretty(&mut out, &both)?;
+                    writeln!(out)?;
+                }
+                Output::Text => crate::simulate::print_comparison(&mut out, &files[0], &runs[0], &files[1], &runs[1])?,
+            }
+        }
+        Command::Simulate { scenario, output, report: html, compare: None } => {
+            let report = crate::simulate::run(scenario, &cli.set)?;
+            if let Some(path) = html {
+                std::fs::write(path, crate::report::html(&report))
+                    .with_context(|| format!("writing {}", path.display()))?;
+            }
             match output {
                 Output::Json => {
                     serde_json::to_writer_pretty(&mut out, &report)?;

@@ -17,6 +17,7 @@
 
 mod cli;
 pub mod plan;
+pub mod report;
 pub mod simulate;
 
 use std::process::ExitCode;

@@ -4,13 +4,47 @@ use std::io::{IsTerminal, Write};
 use std::path::Path;
 
 use anyhow::{Context, Result};
-use tenon_core::settings::Settings;
 use tenon_core::sim::scenario::{self, Report, Scenario};
 
+/// Reads a settings file for `--compare` into `key=value` pairs (either spelling of a key).
+pub fn settings_file(path: &Path) -> Result<Vec<(String, String)>> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let map: std::collections::BTreeMap<String, serde_json::Value> =
+        serde_yaml_ng::from_str(&text).with_context(|| format!("{}: expected a map of settings", path.display()))?;
+    let flags: Vec<(String, String)> =
+        map.into_iter().map(|(k, v)| (k, v.as_str().map(str::to_owned).unwrap_or_else(|| v.to_string()))).collect();
+    tenon_core::settings::load(None, Vec::new(), &flags).with_context(|| format!("{}", path.display()))?;
+    Ok(flags)
+}
+
+/// Prints two runs side by side, with the difference.
+pub fn print_comparison(
+    out: &mut impl Write,
+    a_name: &Path,
+    a: &Report,
+    b_name: &Path,
+    b: &Report,
+) -> std::io::Result<()> {
+    let name = |p: &Path| p.file_stem().map_or_else(|| p.display().to_string(), |s| s.to_string_lossy().into_owned());
+    let (an, bn) = (name(a_name), name(b_name));
+    writeln!(out, "Scenario {}: {:.1} hours simulated", a.scenario, a.hours)?;
+    writeln!(out, "  {:<26} {:>16} {:>16} {:>12}", "", an, bn, "difference")?;
+    let row = |out: &mut dyn Write, label: &str, x: f64, y: f64, unit: &str| {
+        writeln!(out, "  {label:<26} {:>15.2}{unit} {:>15.2}{unit} {:>+11.2}{unit}", x, y, y - x)
+    };
+    row(out, "total cost ($)", a.total_cost, b.total_cost, "")?;
+    row(out, "node-hours", a.node_hours, b.node_hours, "")?;
+    row(out, "p95 time to schedule (s)", a.time_to_schedule_seconds.p95, b.time_to_schedule_seconds.p95, "")?;
+    let disruptions = |r: &Report| r.disruptions.values().sum::<u64>() as f64;
+    row(out, "nodes disrupted", disruptions(a), disruptions(b), "")?;
+    row(out, "pods evicted", a.pods_evicted as f64, b.pods_evicted as f64, "")?;
+    row(out, "launches", a.launches as f64, b.launches as f64, "")?;
+    Ok(())
+}
+
 /// Loads and runs a scenario with `flags` layered over its settings.
-pub fn run(path: &Path, base: &Settings, flags: &[(String, String)]) -> Result<Report> {
+pub fn run(path: &Path, flags: &[(String, String)]) -> Result<Report> {
     let scenario = Scenario::load(path)?;
-    let _ = base;
     let settings = scenario.settings(flags).with_context(|| format!("{}: spec.settings", path.display()))?;
     let interactive = std::io::stderr().is_terminal();
     let runtime = tokio::runtime::Builder::new_current_thread().build().context("starting the runtime")?;

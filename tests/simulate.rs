@@ -65,3 +65,63 @@ fn bad_scenarios_name_the_field_and_fail_before_running() {
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn the_html_report_is_self_contained_and_charts_the_run() {
+    let file = std::env::temp_dir().join(format!("tenon-report-{}.html", std::process::id()));
+    let out = Command::new(env!("CARGO_BIN_EXE_tenon"))
+        .args(["simulate", "tests/scenarios/short.yaml", "--report", file.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let html = std::fs::read_to_string(&file).unwrap();
+    std::fs::remove_file(&file).unwrap();
+    assert!(html.starts_with("<!doctype html>") && html.trim_end().ends_with("</html>"));
+    assert_eq!(html.matches("<svg").count(), 5, "cost, rate, nodes by capacity and instance type, pending");
+    for external in ["http:", "https:", "<script", "<link", "src="] {
+        assert!(!html.contains(external), "the report must open offline, found {external}");
+    }
+    let r = report("tests/scenarios/short.yaml");
+    assert!(html.contains(&format!("${:.2}", r.total_cost)), "the headline cost matches the run");
+    assert!(html.matches("<tr><td>").count() >= r.decisions.len());
+}
+
+#[test]
+fn fleet_pricing_consolidation_costs_less_than_upstream_defaults() {
+    let out = Command::new(env!("CARGO_BIN_EXE_tenon"))
+        .args([
+            "simulate",
+            "examples/scenarios/gpu-training.yaml",
+            "-o",
+            "json",
+            "--compare",
+            "examples/settings/upstream.yaml",
+            "examples/settings/fleet-pricing.yaml",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let runs: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let cost = |i: usize| runs[i]["report"]["totalCost"].as_f64().unwrap();
+    let (upstream, fleet) = (cost(0), cost(1));
+    assert!(fleet < upstream * 0.98, "fleet pricing ${fleet:.2} vs upstream ${upstream:.2}");
+    for i in 0..2 {
+        assert_eq!(runs[i]["report"]["pendingAtEnd"], 0, "both schedule every pod");
+    }
+}
+
+#[test]
+fn compare_refuses_a_bad_settings_file() {
+    let file = std::env::temp_dir().join(format!("tenon-bad-settings-{}.yaml", std::process::id()));
+    std::fs::write(&file, "max-consolidation-replacements: many\n").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_tenon"))
+        .args(["simulate", "tests/scenarios/short.yaml", "--compare", "examples/settings/upstream.yaml"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    std::fs::remove_file(&file).unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("max-consolidation-replacements"), "{err}");
+    assert!(out.stdout.is_empty());
+}

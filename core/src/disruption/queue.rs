@@ -294,6 +294,8 @@ pub enum Event {
     Started {
         /// The candidates' nodes.
         nodes: Vec<String>,
+        /// For a person: the method, decision, reason and estimated saving.
+        why: String,
     },
     /// A queued command finished or was undone.
     Finished(Outcome),
@@ -361,6 +363,12 @@ impl Controller {
             }
             for p in std::mem::take(&mut self.proposals) {
                 let nodes: Vec<String> = p.command.candidates.iter().map(|c| c.node.clone()).collect();
+                let c = &p.command;
+                let mut why =
+                    format!("{:?}, {:?} ({}), saves ${:.3}/h", p.method, c.decision, c.reason, c.savings_per_hour);
+                if !c.explanation.is_empty() {
+                    why = format!("{why}; {}", c.explanation);
+                }
                 match validate(&p.command, p.method, inputs) {
                     Ok(fresh) => match self.queue.start(
                         fresh,
@@ -371,7 +379,7 @@ impl Controller {
                         now,
                         name_for,
                     ) {
-                        Ok(()) => events.push(Event::Started { nodes }),
+                        Ok(()) => events.push(Event::Started { nodes, why }),
                         Err(e) => events.push(Event::Rejected { nodes, reason: e.to_string() }),
                     },
                     Err(reason) => events.push(Event::Rejected { nodes, reason }),
@@ -532,7 +540,10 @@ mod tests {
         assert!(w.tick(t(10)).is_empty(), "nothing happens inside the 15 s window");
         assert!(w.cluster.log.is_empty());
         let events = w.tick(t(15));
-        assert_eq!(events, [Event::Started { nodes: vec!["od".into()] }]);
+        assert!(
+            matches!(&events[..], [Event::Started { nodes, why }] if nodes == &["od"] && why.contains("Replace")),
+            "{events:?}"
+        );
         // The spec's order: taint and reason first, then the replacement.
         assert_eq!(w.cluster.log, ["taint od karpenter.sh/disrupted", "reason od Underutilized", "create gpu-r1"]);
         assert!(w.controller.queue.is_marked("od"));

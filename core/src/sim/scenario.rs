@@ -352,6 +352,8 @@ pub struct Sample {
     pub hour: f64,
     /// Live nodes by capacity type.
     pub nodes: BTreeMap<String, u32>,
+    /// Live nodes by instance type.
+    pub nodes_by_instance_type: BTreeMap<String, u32>,
     /// Pending pods.
     pub pending: u32,
     /// Fleet cost per hour.
@@ -562,6 +564,7 @@ pub async fn run(scenario: &Scenario, settings: Settings, progress: &mut dyn FnM
         }
         let mut rate = 0.0;
         let mut nodes_by_ct: BTreeMap<String, u32> = BTreeMap::new();
+        let mut nodes_by_it: BTreeMap<String, u32> = BTreeMap::new();
         for inst in cloud.instances() {
             let price = prices
                 .get(&(inst.instance_type.clone(), inst.zone.clone(), inst.capacity_type))
@@ -570,13 +573,14 @@ pub async fn run(scenario: &Scenario, settings: Settings, progress: &mut dyn FnM
             rate += price;
             *by_ct.entry(inst.capacity_type.to_string()).or_default() += price * hours(step);
             *nodes_by_ct.entry(inst.capacity_type.to_string()).or_default() += 1;
+            *nodes_by_it.entry(inst.instance_type.clone()).or_default() += 1;
             report.node_hours += hours(step);
         }
         report.total_cost += rate * hours(step);
         for (at, e) in &sim.events[events_seen..] {
             let hour = hours(clock::since(*at, start));
             let what = match e {
-                Event::Started { nodes } => Some(format!("started disruption of {}", nodes.join(", "))),
+                Event::Started { nodes, why } => Some(format!("started disruption of {}: {why}", nodes.join(", "))),
                 Event::Rejected { nodes, reason } => {
                     Some(format!("rejected disruption of {}: {reason}", nodes.join(", ")))
                 }
@@ -604,6 +608,7 @@ pub async fn run(scenario: &Scenario, settings: Settings, progress: &mut dyn FnM
             report.timeline.push(Sample {
                 hour: hours(elapsed),
                 nodes: nodes_by_ct,
+                nodes_by_instance_type: nodes_by_it,
                 pending: sim.pending().len() as u32,
                 cost_per_hour: rate,
             });
