@@ -74,7 +74,7 @@ pub fn print_text(out: &mut impl Write, r: &Report) -> std::io::Result<()> {
     writeln!(out, "Scenario {}: {:.1} hours simulated", r.scenario, r.hours)?;
     writeln!(out, "  total cost            ${:.2}", r.total_cost)?;
     for (ct, c) in &r.cost_per_hour_by_capacity_type {
-        writeln!(out, "  cost per hour, {ct:<9} ${c:.2}")?;
+        writeln!(out, "  {:<21} ${c:.2}", format!("cost per hour, {ct}"))?;
     }
     writeln!(out, "  node-hours            {:.1}", r.node_hours)?;
     let t = &r.time_to_schedule_seconds;

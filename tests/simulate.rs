@@ -50,6 +50,7 @@ fn bad_scenarios_name_the_field_and_fail_before_running() {
         ("spotInterruptions: 0.5", "spotInterruptions: 5", "spec.events[0].spotInterruptions"),
         ("{nodes: \"20%\"}", "{nodes: \"20%\"}", ""),
         ("operator: In, values: [g5]", "operator: Maybe, values: [g5]", "spec.nodePools[0]"),
+        ("  workloads:\n", "  workloads:\n  - daemonSet: {name: agent, cpu: lots}\n", "spec.workloads[0].daemonSet"),
     ] {
         if from == to {
             continue;
@@ -124,4 +125,17 @@ fn compare_refuses_a_bad_settings_file() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("max-consolidation-replacements"), "{err}");
     assert!(out.stdout.is_empty());
+}
+
+#[test]
+fn every_example_scenario_loads() {
+    let mut names = Vec::new();
+    for entry in std::fs::read_dir("examples/scenarios").unwrap() {
+        let path = entry.unwrap().path();
+        let s = Scenario::load(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        s.settings(&[]).unwrap();
+        names.push(s.name);
+    }
+    names.sort();
+    assert_eq!(names, ["diurnal-web", "gpu-training", "mixed-accelerators", "self-managed-burst"]);
 }

@@ -41,6 +41,12 @@ impl DaemonPod {
     pub fn might_match(&self, node: &Requirements) -> bool {
         self.alternatives.iter().any(|alt| node.intersects(alt).is_ok())
     }
+
+    /// Whether the daemon runs on a registered node with exactly these `labels` (a key the node lacks
+    /// fails `In` and `Exists`, as kube-scheduler judges it).
+    pub fn runs_on(&self, labels: &std::collections::BTreeMap<String, String>) -> bool {
+        self.alternatives.iter().any(|alt| alt.iter().all(|r| r.matches(labels.get(r.key()).map(String::as_str))))
+    }
 }
 
 /// The overhead of `daemons` on a node described by `node` (template requirements ∩ instance type), charged

@@ -1,13 +1,15 @@
 //! The autoscaler in virtual time: the real provisioning, lifecycle, garbage-collection and disruption
 //! controllers over an in-memory cluster and a provider, with a simulated kube-scheduler (binds pending pods
 //! to nodes that fit, with the same constraints) and kubelet (registers launched instances after a boot
-//! delay, reports GPUs after a device-plugin delay).
+//! delay, reports GPUs after a device-plugin delay) and DaemonSet controller (one pod of each DaemonSet on
+//! every node it fits).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
 use jiff::Timestamp;
+use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde_json::json;
@@ -19,9 +21,9 @@ use crate::cluster::{InMemoryCluster, pod_key};
 use crate::disruption::queue::{Controller, Event};
 use crate::lifecycle::{Lifecycle, Next};
 use crate::provisioning::{self, Batcher, Nominations};
-use crate::scheduling::{Scheduler, SchedulerOptions};
+use crate::scheduling::{DaemonPod, Scheduler, SchedulerOptions};
 use crate::settings::Settings;
-use crate::state::ClusterState;
+use crate::state::{ClusterState, daemon_pod};
 
 /// How the simulated nodes behave.
 #[derive(Debug, Clone)]
@@ -78,6 +80,8 @@ pub struct Sim {
     pub events: Vec<(Timestamp, Event)>,
     /// Nodes rebooting for repair, since when.
     rebooted: HashMap<String, Timestamp>,
+    /// DaemonSets, with their pod as the scheduler sees it.
+    daemon_sets: Vec<(DaemonSet, DaemonPod)>,
 }
 
 impl Sim {
@@ -108,7 +112,16 @@ impl Sim {
             seq: 0,
             events: Vec::new(),
             rebooted: HashMap::new(),
+            daemon_sets: Vec::new(),
         }
+    }
+
+    /// Adds a DaemonSet: provisioning counts its pod on the nodes it would land on, and every registered
+    /// node it fits runs one.
+    pub fn add_daemon_set(&mut self, ds: DaemonSet) -> Result<(), crate::scheduling::PodError> {
+        let pod = daemon_pod(&ds)?;
+        self.daemon_sets.push((ds, pod));
+        Ok(())
     }
 
     fn make_lifecycle(
@@ -157,8 +170,10 @@ impl Sim {
         let pods: Vec<Pod> = self.cluster.pods.values().cloned().collect();
         let nodes: Vec<Node> = self.cluster.nodes.values().cloned().collect();
         let claims: Vec<NodeClaim> = self.cluster.claims.values().cloned().collect();
-        let mut s = ClusterState::from_objects(&pods, &nodes, &claims, &[], &self.cluster.pdbs, &self.pools, now)
-            .unwrap_or_default();
+        let daemon_sets: Vec<DaemonSet> = self.daemon_sets.iter().map(|(ds, _)| ds.clone()).collect();
+        let mut s =
+            ClusterState::from_objects(&pods, &nodes, &claims, &daemon_sets, &self.cluster.pdbs, &self.pools, now)
+                .unwrap_or_default();
         self.disruption.queue.apply(&mut s);
         s
     }
@@ -178,6 +193,7 @@ impl Sim {
         self.cluster.now = Some(now);
         self.workloads();
         self.kubelets(now).await;
+        self.run_daemons(now);
         self.schedule_pods(now);
         self.provision(now).await;
         let _ = self.lifecycle.poll_interruptions(&mut self.cluster, now).await;
@@ -264,6 +280,58 @@ impl Sim {
             }
             if let Some(t) = node.spec.as_mut().and_then(|s| s.taints.as_mut()) {
                 t.retain(|t| !claim.spec.startup_taints.iter().any(|s| s.key == t.key));
+            }
+        }
+    }
+
+    /// The DaemonSet controller: a pod of each DaemonSet on every node whose labels and taints it accepts,
+    /// gone with its node.
+    fn run_daemons(&mut self, now: Timestamp) {
+        if self.daemon_sets.is_empty() {
+            return;
+        }
+        let nodes = &self.cluster.nodes;
+        self.cluster.pods.retain(|_, p| {
+            let daemon = p.metadata.owner_references.iter().flatten().any(|o| o.kind == "DaemonSet");
+            let node = p.spec.as_ref().and_then(|s| s.node_name.as_ref());
+            !daemon || node.is_some_and(|n| nodes.contains_key(n))
+        });
+        for (name, node) in &self.cluster.nodes {
+            // The claim's labels and taints: the node's own arrive with registration sync.
+            let claim = self.cluster.claims.get(name);
+            let mut labels = node.metadata.labels.clone().unwrap_or_default();
+            if let Some(l) = claim.and_then(|c| c.metadata.labels.as_ref()) {
+                labels.extend(l.iter().map(|(k, v)| (k.clone(), v.clone())));
+            }
+            let taints = claim.map(|c| c.spec.taints.clone()).unwrap_or_default();
+            for (ds, daemon) in &self.daemon_sets {
+                let ds_name = ds.metadata.name.as_deref().unwrap_or_default();
+                let namespace = ds.metadata.namespace.as_deref().unwrap_or("default");
+                let key = format!("{namespace}/{ds_name}-{name}");
+                if self.cluster.pods.contains_key(&key) || !daemon.tolerates(&taints) || !daemon.runs_on(&labels) {
+                    continue;
+                }
+                let template = ds.spec.as_ref().map(|s| s.template.clone()).unwrap_or_default();
+                let mut spec = template.spec.unwrap_or_default();
+                spec.node_name = Some(name.clone());
+                let pod = Pod {
+                    metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                        name: Some(format!("{ds_name}-{name}")),
+                        namespace: Some(namespace.to_owned()),
+                        labels: template.metadata.and_then(|m| m.labels),
+                        owner_references: Some(vec![k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+                            api_version: "apps/v1".into(),
+                            kind: "DaemonSet".into(),
+                            name: ds_name.to_owned(),
+                            uid: ds.metadata.uid.clone().unwrap_or_default(),
+                            ..Default::default()
+                        }]),
+                        ..Default::default()
+                    },
+                    spec: Some(spec),
+                    status: serde_json::from_value(json!({"phase": "Running", "startTime": now.to_string()})).ok(),
+                };
+                self.cluster.pods.insert(key, pod);
             }
         }
     }

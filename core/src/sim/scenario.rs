@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use jiff::Timestamp;
+use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::Pod;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
@@ -125,10 +126,46 @@ pub struct Jobs {
     pub pod_spec: serde_json::Value,
 }
 
+/// A DaemonSet: one pod on every node it fits (its `podSpec` carries the nodeSelector, affinity and
+/// tolerations that choose them).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct DaemonSetWorkload {
+    /// Name.
+    pub name: String,
+    /// CPU per pod.
+    pub cpu: String,
+    /// Memory per pod.
+    #[serde(default = "default_memory")]
+    pub memory: String,
+    /// Extra pod spec fields.
+    #[serde(default)]
+    pub pod_spec: serde_json::Value,
+}
+
+impl DaemonSetWorkload {
+    /// The DaemonSet object.
+    pub fn to_daemon_set(&self) -> Result<DaemonSet, String> {
+        let pod =
+            pod_from(&self.name, &self.cpu, &self.memory, 0, json!({"app": self.name}), &self.pod_spec, json!({}))
+                .ok_or_else(|| "not a valid pod spec".to_owned())?;
+        let ds = serde_json::from_value::<DaemonSet>(json!({
+            "metadata": {"name": self.name, "namespace": "default", "uid": format!("ds-{}", self.name)},
+            "spec": {"selector": {"matchLabels": {"app": self.name}},
+                "template": {"metadata": {"labels": {"app": self.name}}, "spec": pod.spec}}
+        }))
+        .map_err(|e| e.to_string())?;
+        crate::state::daemon_pod(&ds).map_err(|e| e.to_string())?;
+        Ok(ds)
+    }
+}
+
 /// A workload.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub enum Workload {
+    /// A DaemonSet.
+    DaemonSet(DaemonSetWorkload),
     /// A deployment.
     Deployment(Deployment),
     /// Batch jobs.
@@ -278,6 +315,11 @@ impl Scenario {
         }
         let flags: Vec<(String, String)> = spec.settings.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
         settings::load(None, Vec::new(), &flags).map_err(|e| err(&format!("spec.settings.{}", e.key), e.message))?;
+        for (i, w) in spec.workloads.iter().enumerate() {
+            if let Workload::DaemonSet(d) = w {
+                d.to_daemon_set().map_err(|m| err(&format!("spec.workloads[{i}].daemonSet"), m))?;
+            }
+        }
         for (i, e) in spec.events.iter().enumerate() {
             if let Some(f) = e.spot_interruptions
                 && !(0.0..=1.0).contains(&f)
@@ -413,6 +455,14 @@ pub async fn run(scenario: &Scenario, settings: Settings, progress: &mut dyn FnM
         registration_delay: scenario.spec.kubelet.registration_delay.0,
         device_plugin_delay: scenario.spec.kubelet.device_plugin_delay.0,
     };
+    for w in &scenario.spec.workloads {
+        if let Workload::DaemonSet(d) = w
+            && let Ok(ds) = d.to_daemon_set()
+        {
+            // Checked when the scenario loaded.
+            let _ = sim.add_daemon_set(ds);
+        }
+    }
     let mut rng = Rng::new(scenario.spec.seed);
     let step = scenario.spec.step.0;
     let total = scenario.spec.duration.0;
@@ -483,6 +533,7 @@ pub async fn run(scenario: &Scenario, settings: Settings, progress: &mut dyn FnM
                         }
                     }
                 }
+                Workload::DaemonSet(_) => {}
                 Workload::Jobs(j) => {
                     for n in 0..j.count {
                         let arrive = j.start.0 + j.every.0 * n;

@@ -289,3 +289,36 @@ async fn reliability_under_random_faults() {
         assert!(live <= sim.cluster.pods.len(), "seed {seed}: {live} claims for {} pods", sim.cluster.pods.len());
     }
 }
+
+fn on(sim: &Sim, prefix: &str) -> usize {
+    sim.cluster.pods.keys().filter(|k| k.starts_with(prefix)).count()
+}
+
+fn daemon_set(name: &str, cpu: &str, node_selector: serde_json::Value) -> k8s_openapi::api::apps::v1::DaemonSet {
+    serde_json::from_value(serde_json::json!({
+        "metadata": {"name": name, "namespace": "default", "uid": format!("ds-{name}")},
+        "spec": {"selector": {"matchLabels": {"app": name}}, "template": {"metadata": {"labels": {"app": name}},
+            "spec": {"tolerations": [{"operator": "Exists"}], "nodeSelector": node_selector,
+                "containers": [{"name": "a", "resources": {"requests": {"cpu": cpu, "memory": "128Mi"}}}]}}}
+    }))
+    .unwrap()
+}
+
+#[tokio::test]
+async fn daemon_sets_run_where_they_fit_and_provisioning_leaves_room_for_them() {
+    let (mut sim, _cloud) = world(6);
+    sim.add_daemon_set(daemon_set("agent", "300m", serde_json::json!({}))).unwrap();
+    // Selects a label no node carries: provisioning may not charge it, and it never runs.
+    sim.add_daemon_set(daemon_set("nowhere", "4", serde_json::json!({"example.com/rack": "r9"}))).unwrap();
+    sim.run(Duration::from_secs(10 * 60), STEP).await;
+    assert!(sim.pending().is_empty(), "the workload pods fit beside the agents: {:?}", sim.pending());
+    assert_eq!(on(&sim, "default/agent-"), sim.cluster.nodes.len(), "one agent per node");
+    assert_eq!(on(&sim, "default/nowhere-"), 0);
+    // A node's agent goes with it.
+    for i in 0..6 {
+        sim.remove_pod(&format!("default/p{i:02}"));
+    }
+    sim.run(Duration::from_secs(15 * 60), STEP).await;
+    assert!(sim.cluster.nodes.is_empty(), "agents alone do not keep a node");
+    assert_eq!(on(&sim, "default/agent-"), 0);
+}
