@@ -99,6 +99,14 @@ pub trait Objects {
     fn remove_claim(&mut self, name: &str);
     /// Every node.
     fn nodes(&self) -> Vec<Node>;
+    /// One node, by name.
+    fn node(&self, name: &str) -> Option<Node> {
+        self.nodes().into_iter().find(|n| n.metadata.name.as_deref() == Some(name))
+    }
+    /// The nodes whose `spec.providerID` is `provider_id` (more than one is the caller's to report).
+    fn nodes_with_provider_id(&self, provider_id: &str) -> Vec<Node> {
+        self.nodes().into_iter().filter(|n| node_provider_id(n) == Some(provider_id)).collect()
+    }
     /// Creates or updates a node.
     fn put_node(&mut self, node: Node);
     /// Removes a node.
@@ -113,6 +121,11 @@ pub trait Objects {
     fn evict_pod(&mut self, key: &str);
     /// Deletes a pod without eviction (forced, after the termination grace period).
     fn delete_pod(&mut self, key: &str);
+}
+
+/// A node's `spec.providerID`.
+pub fn node_provider_id(node: &Node) -> Option<&str> {
+    node.spec.as_ref()?.provider_id.as_deref()
 }
 
 /// `namespace/name` of a pod.
@@ -141,6 +154,12 @@ impl Objects for InMemoryCluster {
     }
     fn nodes(&self) -> Vec<Node> {
         self.nodes.values().cloned().collect()
+    }
+    fn node(&self, name: &str) -> Option<Node> {
+        self.nodes.get(name).cloned()
+    }
+    fn nodes_with_provider_id(&self, provider_id: &str) -> Vec<Node> {
+        self.nodes.values().filter(|n| node_provider_id(n) == Some(provider_id)).cloned().collect()
     }
     fn put_node(&mut self, node: Node) {
         self.nodes.insert(node.metadata.name.clone().unwrap_or_default(), node);

@@ -187,25 +187,29 @@ impl ClusterState {
     /// Builds the mirror from Kubernetes objects. Nodes without a claim but with a `karpenter.sh/nodepool`
     /// label get an inferred claim; claims without a node (launched, not registered) are nodes of their
     /// own, with the claim's allocatable.
-    pub fn from_objects(
-        pods: &[Pod],
-        nodes: &[Node],
-        claims: &[NodeClaim],
+    pub fn from_objects<'a>(
+        pods: impl IntoIterator<Item = &'a Pod>,
+        nodes: impl IntoIterator<Item = &'a Node>,
+        claims: impl IntoIterator<Item = &'a NodeClaim>,
         daemon_sets: &[DaemonSet],
         pdbs: &[PodDisruptionBudget],
         pools: &[NodePool],
         now: Timestamp,
     ) -> Result<Self, StateError> {
         let mut state = ClusterState { pdbs: pdbs.to_vec(), pools: pools.to_vec(), ..Default::default() };
+        let nodes: Vec<&Node> = nodes.into_iter().collect();
+        let claims: Vec<&NodeClaim> = claims.into_iter().collect();
         let mut by_name: HashMap<String, usize> = HashMap::new();
+        let node_by_pid: HashMap<&str, &str> = nodes
+            .iter()
+            .filter_map(|n| Some((n.spec.as_ref()?.provider_id.as_deref()?, n.metadata.name.as_deref()?)))
+            .collect();
         let claim_for_node: HashMap<&str, &NodeClaim> = claims
             .iter()
             .filter_map(|c| {
                 let by_node = c.status.as_ref().and_then(|s| s.node_name.as_deref());
-                let by_pid = c.provider_id().and_then(|pid| {
-                    nodes.iter().find(|n| n.spec.as_ref().and_then(|s| s.provider_id.as_deref()) == Some(pid))
-                });
-                by_node.or_else(|| by_pid.and_then(|n| n.metadata.name.as_deref())).map(|n| (n, c))
+                let by_pid = c.provider_id().and_then(|pid| node_by_pid.get(pid).copied());
+                by_node.or(by_pid).map(|n| (n, *c))
             })
             .collect();
         for node in nodes {

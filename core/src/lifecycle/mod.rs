@@ -17,7 +17,7 @@ use crate::api::{ConditionStatus, NodeClaim, NodeClaimStatus, NodePool, conditio
 use crate::clock;
 use crate::cloud::{CapacityType, CloudError, Instance, ProviderRegistry, UnavailableOfferings};
 pub use crate::cloud::{Interruption, InterruptionKind};
-use crate::cluster::Objects;
+use crate::cluster::{Objects, node_provider_id};
 use crate::disruption::ON_DEMAND_LEASE_EXPIRED;
 use crate::settings::Settings;
 
@@ -110,10 +110,6 @@ fn since_condition(claim: &NodeClaim, type_: &str) -> Option<Timestamp> {
     claim.condition(type_).filter(|c| c.status == ConditionStatus::True).and_then(|c| c.last_transition_time)
 }
 
-fn node_provider_id(node: &Node) -> Option<&str> {
-    node.spec.as_ref().and_then(|s| s.provider_id.as_deref())
-}
-
 fn node_ready(node: &Node) -> bool {
     node.status
         .as_ref()
@@ -162,10 +158,7 @@ impl Lifecycle {
 
         // Deleting a node deletes its claim (and the claim's termination drains and releases the node).
         if let Some(pid) = claim.provider_id()
-            && cluster
-                .nodes()
-                .iter()
-                .any(|n| node_provider_id(n) == Some(pid) && n.metadata.deletion_timestamp.is_some())
+            && cluster.nodes_with_provider_id(pid).iter().any(|n| n.metadata.deletion_timestamp.is_some())
         {
             return Ok(self.delete(cluster, claim, now, "node_deleted"));
         }
@@ -265,8 +258,7 @@ impl Lifecycle {
         // Registration.
         if !claim.is_true(condition_types::REGISTERED) {
             let pid = claim.provider_id().unwrap_or_default().to_owned();
-            let nodes: Vec<Node> =
-                cluster.nodes().into_iter().filter(|n| node_provider_id(n) == Some(pid.as_str())).collect();
+            let nodes: Vec<Node> = cluster.nodes_with_provider_id(&pid);
             match nodes.as_slice() {
                 [node] => {
                     let node = register(&mut claim, node.clone(), now);
@@ -300,7 +292,7 @@ impl Lifecycle {
         // Initialization.
         if !claim.is_initialized() {
             let node_name = claim.status.as_ref().and_then(|s| s.node_name.clone()).unwrap_or_default();
-            let node = cluster.nodes().into_iter().find(|n| n.metadata.name.as_deref() == Some(node_name.as_str()));
+            let node = cluster.node(&node_name);
             match node.as_ref().map(|n| initialization_blocker(&claim, n)) {
                 Some(None) => {
                     if let Some(mut n) = node {
@@ -358,7 +350,7 @@ impl Lifecycle {
         let provider = self.registry.for_claim(&claim)?.clone();
         if let Some(pid) = claim.provider_id() {
             // Drain the node first, unless it is NotReady and its instance is already gone.
-            if let Some(mut node) = cluster.nodes().into_iter().find(|n| node_provider_id(n) == Some(pid)) {
+            if let Some(mut node) = cluster.nodes_with_provider_id(pid).into_iter().next() {
                 let gone = !node_ready(&node) && provider.get(pid).await.is_err_and(|e| e.is_not_found());
                 if !gone {
                     let taints = node.spec.get_or_insert_with(Default::default).taints.get_or_insert_with(Vec::new);
@@ -391,7 +383,7 @@ impl Lifecycle {
                 Err(source) => return Err(LifecycleError::Provider { claim: claim.name().to_owned(), source }),
             }
             let pid = claim.provider_id().unwrap_or_default();
-            for n in cluster.nodes().into_iter().filter(|n| node_provider_id(n) == Some(pid)) {
+            for n in cluster.nodes_with_provider_id(pid) {
                 cluster.remove_node(n.metadata.name.as_deref().unwrap_or_default());
             }
         }

@@ -167,13 +167,18 @@ impl Sim {
     /// The cluster as the controllers see it.
     pub fn state(&self) -> ClusterState {
         let now = self.clock.now();
-        let pods: Vec<Pod> = self.cluster.pods.values().cloned().collect();
-        let nodes: Vec<Node> = self.cluster.nodes.values().cloned().collect();
-        let claims: Vec<NodeClaim> = self.cluster.claims.values().cloned().collect();
         let daemon_sets: Vec<DaemonSet> = self.daemon_sets.iter().map(|(ds, _)| ds.clone()).collect();
-        let mut s =
-            ClusterState::from_objects(&pods, &nodes, &claims, &daemon_sets, &self.cluster.pdbs, &self.pools, now)
-                .unwrap_or_default();
+        let c = &self.cluster;
+        let mut s = ClusterState::from_objects(
+            c.pods.values(),
+            c.nodes.values(),
+            c.claims.values(),
+            &daemon_sets,
+            &c.pdbs,
+            &self.pools,
+            now,
+        )
+        .unwrap_or_default();
         self.disruption.queue.apply(&mut s);
         s
     }
