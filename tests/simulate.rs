@@ -35,14 +35,53 @@ fn a_run_schedules_everything_and_accounts_for_its_cost() {
     assert_eq!(r.timeline.len(), 18, "a sample every 10 minutes");
 }
 
+/// The short scenario's text with its catalog path made absolute, to be edited and written elsewhere.
+fn short_text() -> String {
+    std::fs::read_to_string("tests/scenarios/short.yaml").unwrap().replace(
+        "../../examples/catalogs/aws-us-east-1.yaml",
+        &format!("{}/examples/catalogs/aws-us-east-1.yaml", env!("CARGO_MANIFEST_DIR")),
+    )
+}
+
+/// Runs the short scenario with `from` replaced by `to`.
+fn edited(name: &str, from: &str, to: &str) -> scenario::Report {
+    let text = short_text();
+    assert!(text.contains(from), "{from}");
+    let file = std::env::temp_dir().join(format!("tenon-sim-{name}-{}.yaml", std::process::id()));
+    std::fs::write(&file, text.replace(from, to)).unwrap();
+    let r = report(file.to_str().unwrap());
+    std::fs::remove_file(&file).unwrap();
+    r
+}
+
+#[test]
+fn spot_price_changes_reach_scheduling_and_the_bill() {
+    let base = report("tests/scenarios/short.yaml");
+    // Spot triples at the start: the fleet turns to on-demand, and costs more than before.
+    let dear = edited("dear", "  events:\n", "  events:\n  - {at: 0s, spotPrice: {factor: 3}}\n");
+    assert!(dear.total_cost > base.total_cost, "{} vs {}", dear.total_cost, base.total_cost);
+    assert!(
+        dear.cost_per_hour_by_capacity_type.get("on-demand").copied().unwrap_or(0.0)
+            > base.cost_per_hour_by_capacity_type.get("on-demand").copied().unwrap_or(0.0)
+    );
+    // Halving it saves money.
+    let cheap = edited("cheap", "  events:\n", "  events:\n  - {at: 0s, spotPrice: {factor: 0.5}}\n");
+    assert!(cheap.total_cost < base.total_cost, "{} vs {}", cheap.total_cost, base.total_cost);
+}
+
+#[test]
+fn slow_families_register_later() {
+    let base = report("tests/scenarios/short.yaml");
+    let slow = edited("slow", "  workloads:\n", "  kubelet: {registrationDelayByFamily: {g5: 12m}}\n  workloads:\n");
+    assert!(base.time_to_schedule_seconds.max < 720.0);
+    assert!(slow.time_to_schedule_seconds.max >= 720.0, "{:?}", slow.time_to_schedule_seconds);
+}
+
 #[test]
 fn bad_scenarios_name_the_field_and_fail_before_running() {
     let dir = std::env::temp_dir().join(format!("tenon-sim-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let good = std::fs::read_to_string("tests/scenarios/short.yaml").unwrap().replace(
-        "../../examples/catalogs/aws-us-east-1.yaml",
-        &format!("{}/examples/catalogs/aws-us-east-1.yaml", env!("CARGO_MANIFEST_DIR")),
-    );
+    let good = short_text();
     for (from, to, field) in [
         ("duration: 3h", "duration: three hours", "spec.duration"),
         ("every: 40m", "every: 40", "spec.workloads[0]"),
@@ -51,6 +90,7 @@ fn bad_scenarios_name_the_field_and_fail_before_running() {
         ("{nodes: \"20%\"}", "{nodes: \"20%\"}", ""),
         ("operator: In, values: [g5]", "operator: Maybe, values: [g5]", "spec.nodePools[0]"),
         ("  workloads:\n", "  workloads:\n  - daemonSet: {name: agent, cpu: lots}\n", "spec.workloads[0].daemonSet"),
+        ("  events:\n", "  events:\n  - {at: 1h, spotPrice: {factor: -1}}\n", "spec.events[0].spotPrice.factor"),
     ] {
         if from == to {
             continue;

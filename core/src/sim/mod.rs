@@ -32,11 +32,25 @@ pub struct Kubelet {
     pub registration_delay: Duration,
     /// From registration to extended resources (GPUs) being reported and startup taints removed.
     pub device_plugin_delay: Duration,
+    /// Registration delays by instance family (the instance type's name up to its first `.`).
+    pub registration_delay_by_family: BTreeMap<String, Duration>,
 }
 
 impl Default for Kubelet {
     fn default() -> Self {
-        Self { registration_delay: Duration::from_secs(60), device_plugin_delay: Duration::from_secs(30) }
+        Self {
+            registration_delay: Duration::from_secs(60),
+            device_plugin_delay: Duration::from_secs(30),
+            registration_delay_by_family: BTreeMap::new(),
+        }
+    }
+}
+
+impl Kubelet {
+    /// How long an instance of `instance_type` takes to register.
+    pub fn registration_delay_for(&self, instance_type: Option<&str>) -> Duration {
+        let family = instance_type.map(|t| t.split('.').next().unwrap_or(t));
+        family.and_then(|f| self.registration_delay_by_family.get(f)).copied().unwrap_or(self.registration_delay)
     }
 }
 
@@ -236,7 +250,9 @@ impl Sim {
             }
             let launched =
                 claim.condition(condition_types::LAUNCHED).and_then(|c| c.last_transition_time).unwrap_or(now);
-            let delay = self.kubelet.registration_delay + self.late.get(pid).copied().unwrap_or_default();
+            let instance_type = claim.metadata.labels.as_ref().and_then(|l| l.get(labels::INSTANCE_TYPE));
+            let delay = self.kubelet.registration_delay_for(instance_type.map(String::as_str))
+                + self.late.get(pid).copied().unwrap_or_default();
             if clock::since(now, launched) < delay || self.provider.get(pid).await.is_err() {
                 continue;
             }

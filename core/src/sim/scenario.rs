@@ -184,6 +184,23 @@ pub struct ScenarioEvent {
     /// Interrupt this share (0–1) of the spot nodes with the 2-minute notice.
     #[serde(default)]
     pub spot_interruptions: Option<f64>,
+    /// Move spot prices: from now on, chosen spot offerings cost their catalog price times a factor.
+    #[serde(default)]
+    pub spot_price: Option<SpotPrice>,
+}
+
+/// A spot price change.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SpotPrice {
+    /// Instance types affected (all when empty).
+    #[serde(default)]
+    pub instance_types: Vec<String>,
+    /// Zones affected (all when empty).
+    #[serde(default)]
+    pub zones: Vec<String>,
+    /// The new price as a multiple of the catalog's spot price (1 restores it).
+    pub factor: f64,
 }
 
 /// An insufficient-capacity window.
@@ -212,6 +229,10 @@ pub struct KubeletSpec {
     /// From registration to GPUs reported.
     #[serde(default = "default_plugin")]
     pub device_plugin_delay: KubeDuration,
+    /// Registration delays by instance family (the instance type's name up to its first `.`), replacing
+    /// `registrationDelay` for those families: `{p4d: 6m, g5: 3m}`.
+    #[serde(default)]
+    pub registration_delay_by_family: BTreeMap<String, KubeDuration>,
 }
 
 fn default_registration() -> KubeDuration {
@@ -224,7 +245,11 @@ fn default_plugin() -> KubeDuration {
 
 impl Default for KubeletSpec {
     fn default() -> Self {
-        Self { registration_delay: default_registration(), device_plugin_delay: default_plugin() }
+        Self {
+            registration_delay: default_registration(),
+            device_plugin_delay: default_plugin(),
+            registration_delay_by_family: BTreeMap::new(),
+        }
     }
 }
 
@@ -321,6 +346,14 @@ impl Scenario {
             }
         }
         for (i, e) in spec.events.iter().enumerate() {
+            if let Some(change) = &e.spot_price
+                && !(change.factor.is_finite() && change.factor > 0.0)
+            {
+                return Err(err(
+                    &format!("spec.events[{i}].spotPrice.factor"),
+                    format!("{} is not a positive multiple", change.factor),
+                ));
+            }
             if let Some(f) = e.spot_interruptions
                 && !(0.0..=1.0).contains(&f)
             {
@@ -441,6 +474,12 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[i.min(sorted.len() - 1)]
 }
 
+/// Whether something set for `at` happens in the step that ends at `elapsed`: the window
+/// `(elapsed - step, elapsed]`, with the first step also taking what is set for the start.
+fn due(at: Duration, elapsed: Duration, step: Duration) -> bool {
+    at <= elapsed && (at + step > elapsed || elapsed <= step)
+}
+
 fn hours(since: Duration) -> f64 {
     since.as_secs_f64() / 3600.0
 }
@@ -454,6 +493,13 @@ pub async fn run(scenario: &Scenario, settings: Settings, progress: &mut dyn FnM
     sim.kubelet = Kubelet {
         registration_delay: scenario.spec.kubelet.registration_delay.0,
         device_plugin_delay: scenario.spec.kubelet.device_plugin_delay.0,
+        registration_delay_by_family: scenario
+            .spec
+            .kubelet
+            .registration_delay_by_family
+            .iter()
+            .map(|(f, d)| (f.clone(), d.0))
+            .collect(),
     };
     for w in &scenario.spec.workloads {
         if let Workload::DaemonSet(d) = w
@@ -466,7 +512,7 @@ pub async fn run(scenario: &Scenario, settings: Settings, progress: &mut dyn FnM
     let mut rng = Rng::new(scenario.spec.seed);
     let step = scenario.spec.step.0;
     let total = scenario.spec.duration.0;
-    let prices: BTreeMap<(String, String, CapacityType), f64> = scenario
+    let mut prices: BTreeMap<(String, String, CapacityType), f64> = scenario
         .types
         .iter()
         .flat_map(|t| t.offerings.iter().map(move |o| ((t.name.clone(), o.zone.clone(), o.capacity_type), o.price)))
@@ -538,7 +584,7 @@ pub async fn run(scenario: &Scenario, settings: Settings, progress: &mut dyn FnM
                     for n in 0..j.count {
                         let arrive = j.start.0 + j.every.0 * n;
                         let key = format!("default/{}-{n}", j.name);
-                        if arrive <= elapsed && arrive + step > elapsed && !job_keys.contains(&key) {
+                        if due(arrive, elapsed, step) && !job_keys.contains(&key) {
                             let annotations =
                                 if j.do_not_disrupt { json!({labels::DO_NOT_DISRUPT: "true"}) } else { json!({}) };
                             if let Some(p) = pod_from(
@@ -567,7 +613,7 @@ pub async fn run(scenario: &Scenario, settings: Settings, progress: &mut dyn FnM
         }
         // Events.
         for e in &scenario.spec.events {
-            if e.at.0 > elapsed || e.at.0 + step <= elapsed {
+            if !due(e.at.0, elapsed, step) {
                 continue;
             }
             if let Some(ice) = &e.ice {
@@ -580,6 +626,20 @@ pub async fn run(scenario: &Scenario, settings: Settings, progress: &mut dyn FnM
                             let key = o.key(&t.name);
                             cloud.exhaust_offering(key.clone());
                             ice_until.push((key, clock::add(now, ice.duration.0)));
+                        }
+                    }
+                }
+            }
+            if let Some(change) = &e.spot_price {
+                for t in &scenario.types {
+                    if !change.instance_types.is_empty() && !change.instance_types.contains(&t.name) {
+                        continue;
+                    }
+                    for o in t.offerings.iter().filter(|o| o.capacity_type == CapacityType::Spot) {
+                        if change.zones.is_empty() || change.zones.contains(&o.zone) {
+                            let price = o.price * change.factor;
+                            cloud.update_offering(&o.key(&t.name), |live| live.price = price);
+                            prices.insert((t.name.clone(), o.zone.clone(), o.capacity_type), price);
                         }
                     }
                 }
@@ -686,4 +746,21 @@ pub async fn run(scenario: &Scenario, settings: Settings, progress: &mut dyn FnM
     report.pods_evicted = sim.cluster.evicted.len() as u64;
     report.pending_at_end = sim.pending().len() as u64;
     report
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::due;
+
+    #[test]
+    fn each_moment_falls_in_exactly_one_step() {
+        let step = Duration::from_secs(30);
+        for at in [0, 1, 29, 30, 31, 59, 60, 3600] {
+            let at = Duration::from_secs(at);
+            let hits = (1..=200).filter(|i| due(at, step * *i, step)).count();
+            assert_eq!(hits, 1, "{at:?}");
+        }
+    }
 }
