@@ -307,6 +307,7 @@ impl Lifecycle {
                 }
                 blocker => {
                     let why = blocker.flatten().unwrap_or_else(|| "node not found".into());
+                    let mut next = Duration::from_secs(10);
                     if let (Some(limit), Some(registered)) = (
                         self.settings.nodeclaim_initialization_timeout,
                         since_condition(&claim, condition_types::REGISTERED),
@@ -316,15 +317,7 @@ impl Lifecycle {
                             self.counters.initialization_timeouts += 1;
                             return Ok(self.delete(cluster, claim, now, "initialization_timeout"));
                         }
-                        claim.set_condition(
-                            condition_types::INITIALIZED,
-                            ConditionStatus::Unknown,
-                            "NotInitialized",
-                            &why,
-                            now,
-                        );
-                        cluster.put_claim(claim);
-                        return Ok(Next::After(limit - waited));
+                        next = next.min(limit - waited);
                     }
                     claim.set_condition(
                         condition_types::INITIALIZED,
@@ -334,7 +327,7 @@ impl Lifecycle {
                         now,
                     );
                     cluster.put_claim(claim);
-                    return Ok(Next::After(Duration::from_secs(10)));
+                    return Ok(Next::After(next));
                 }
             }
         }

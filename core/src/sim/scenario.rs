@@ -474,6 +474,22 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[i.min(sorted.len() - 1)]
 }
 
+/// The catalog offerings of `capacity_type` an event names (every instance type or zone when its list is
+/// empty).
+fn offerings<'a>(
+    types: &'a [InstanceType],
+    instance_types: &'a [String],
+    zones: &'a [String],
+    capacity_type: CapacityType,
+) -> impl Iterator<Item = (&'a InstanceType, &'a crate::cloud::Offering)> {
+    types.iter().filter(move |t| instance_types.is_empty() || instance_types.contains(&t.name)).flat_map(move |t| {
+        t.offerings
+            .iter()
+            .filter(move |o| o.capacity_type == capacity_type && (zones.is_empty() || zones.contains(&o.zone)))
+            .map(move |o| (t, o))
+    })
+}
+
 /// Whether something set for `at` happens in the step that ends at `elapsed`: the window
 /// `(elapsed - step, elapsed]`, with the first step also taking what is set for the start.
 fn due(at: Duration, elapsed: Duration, step: Duration) -> bool {
@@ -617,31 +633,17 @@ pub async fn run(scenario: &Scenario, settings: Settings, progress: &mut dyn FnM
                 continue;
             }
             if let Some(ice) = &e.ice {
-                for t in &scenario.types {
-                    if !ice.instance_types.is_empty() && !ice.instance_types.contains(&t.name) {
-                        continue;
-                    }
-                    for o in t.offerings.iter().filter(|o| o.capacity_type == ice.capacity_type) {
-                        if ice.zones.is_empty() || ice.zones.contains(&o.zone) {
-                            let key = o.key(&t.name);
-                            cloud.exhaust_offering(key.clone());
-                            ice_until.push((key, clock::add(now, ice.duration.0)));
-                        }
-                    }
+                for (t, o) in offerings(&scenario.types, &ice.instance_types, &ice.zones, ice.capacity_type) {
+                    let key = o.key(&t.name);
+                    cloud.exhaust_offering(key.clone());
+                    ice_until.push((key, clock::add(now, ice.duration.0)));
                 }
             }
             if let Some(change) = &e.spot_price {
-                for t in &scenario.types {
-                    if !change.instance_types.is_empty() && !change.instance_types.contains(&t.name) {
-                        continue;
-                    }
-                    for o in t.offerings.iter().filter(|o| o.capacity_type == CapacityType::Spot) {
-                        if change.zones.is_empty() || change.zones.contains(&o.zone) {
-                            let price = o.price * change.factor;
-                            cloud.update_offering(&o.key(&t.name), |live| live.price = price);
-                            prices.insert((t.name.clone(), o.zone.clone(), o.capacity_type), price);
-                        }
-                    }
+                for (t, o) in offerings(&scenario.types, &change.instance_types, &change.zones, CapacityType::Spot) {
+                    let price = o.price * change.factor;
+                    cloud.update_offering(&o.key(&t.name), |live| live.price = price);
+                    prices.insert((t.name.clone(), o.zone.clone(), o.capacity_type), price);
                 }
             }
             if let Some(share) = e.spot_interruptions {
