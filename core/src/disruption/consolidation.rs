@@ -8,7 +8,8 @@ use super::{CandidateRef, Command, Decision, Inputs, Replacement};
 use crate::api::{ConsolidationPolicy, DisruptionReason, labels};
 use crate::cloud::{CapacityType, InstanceType};
 use crate::provisioning;
-use crate::scheduling::{ClaimPlan, PodInfo, Requirement, Requirements, Results, Scheduler, offering_ok};
+use crate::resources::Resources;
+use crate::scheduling::{ClaimPlan, ExistingNode, PodInfo, Requirement, Requirements, Results, Scheduler, offering_ok};
 
 /// Balanced consolidation approves a move whose savings share is at least `1/K` of its disruption share.
 const BALANCED_K: f64 = 2.0;
@@ -47,14 +48,26 @@ impl<'a> Simulator<'a> {
     /// Prepares the shared base for a pass over `cands`.
     pub fn new(inputs: &'a Inputs<'a>, cands: &[Candidate]) -> Self {
         let state = inputs.state;
-        let nodes = state.nodes.iter().map(|n| n.as_existing()).collect();
-        let mut base = Scheduler::new(
-            provisioning::pool_inputs(state, inputs.types_for),
-            nodes,
-            state.bound_pods(),
-            &state.daemons,
-            provisioning::scheduler_options(inputs.settings),
-        );
+        let mut nodes: Vec<ExistingNode> = state.nodes.iter().map(|n| n.as_existing()).collect();
+        let pools = provisioning::pool_inputs(state, inputs.types_for);
+        let bound = state.bound_pods();
+        let options = provisioning::scheduler_options(inputs.settings);
+        // Pods of nodes already being deleted land first: the room they will take (often on the
+        // replacements booting for them) is not room for the candidates' pods.
+        let evicted: Vec<PodInfo> = state.evicted_pods().map(|p| p.info.clone()).collect();
+        if !evicted.is_empty() {
+            let requests: HashMap<&str, Resources> = evicted.iter().map(|p| (p.key.as_str(), p.requests)).collect();
+            let placed = Scheduler::new(pools.clone(), nodes.clone(), bound.clone(), &state.daemons, options.clone())
+                .solve(evicted.clone());
+            for p in placed.existing {
+                if let Some(n) = nodes.iter_mut().find(|n| n.name == p.node) {
+                    for r in p.pods.iter().filter_map(|k| requests.get(k.as_str())) {
+                        n.available = n.available.sub(r);
+                    }
+                }
+            }
+        }
+        let mut base = Scheduler::new(pools, nodes, bound, &state.daemons, options);
         let pods: Vec<PodInfo> = state.pods.iter().map(|p| p.info.clone()).collect();
         let moving: Vec<PodInfo> = cands.iter().flat_map(|c| c.pods.iter().map(|i| pods[*i].clone())).collect();
         base.register(&moving);

@@ -463,3 +463,37 @@ fn multi_node_consolidation_merges_half_empty_nodes() {
     assert_eq!(c.replacements[0].instance_types[0], "m.4");
     assert!((c.savings_per_hour - (1.20 - 0.40)).abs() < 1e-9, "{}", c.savings_per_hour);
 }
+
+/// A node already being deleted has pods that need the fleet's free room first: a candidate whose pod
+/// would only fit in that same room is not deleted onto it.
+#[test]
+fn room_promised_to_a_deleting_nodes_pods_is_not_room_for_candidates() {
+    let fleet = Fleet { types: gpu_catalog(), ..Default::default() }
+        .pool("gpu", json!({"spec": {"disruption": {"budgets": [{"nodes": "100%"}]}}}))
+        .node("big", "gpu", "g5.12xlarge", "us-east-1a", CapacityType::OnDemand)
+        .node("leaving", "gpu", "g5.2xlarge", "us-east-1a", CapacityType::OnDemand)
+        .node("small", "gpu", "g5.2xlarge", "us-east-1a", CapacityType::OnDemand)
+        .pod("training", "big", "8", 3, json!({"annotations": {TRAINING: "true"}}))
+        .pod("moving", "leaving", "2", 1, json!({}))
+        .pod("staying", "small", "2", 1, json!({}));
+    let settings = Settings::default();
+    let types = fleet.types.clone();
+    let types_for = move |_: &NodePool| types.clone();
+    let decide = |leaving_is_deleting: bool| {
+        let mut state = fleet.state();
+        for n in state.nodes.iter_mut().filter(|n| n.name == "leaving") {
+            n.deleting = leaving_is_deleting;
+        }
+        let inputs = Inputs { state: &state, types_for: &types_for, settings: &settings, now: now() };
+        let (cands, _) = candidates(&state, &types_for, now());
+        let cands: Vec<_> = cands.into_iter().filter(|c| c.node == "small").collect();
+        let mut sim = Simulator::new(&inputs, &cands);
+        sim.single_node(&cands, std::time::Instant::now()).0
+    };
+    // With nothing leaving, small's pod takes big's free GPU.
+    let commands = decide(false);
+    assert_eq!(commands[0].decision, Decision::Delete, "{commands:?}");
+    // With leaving's pod headed for that GPU, small can only be replaced (by spot), not deleted.
+    let commands = decide(true);
+    assert!(!commands.is_empty() && commands.iter().all(|c| c.decision != Decision::Delete), "{commands:?}");
+}
