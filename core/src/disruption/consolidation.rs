@@ -52,9 +52,9 @@ impl<'a> Simulator<'a> {
         let pools = provisioning::pool_inputs(state, inputs.types_for);
         let bound = state.bound_pods();
         let options = provisioning::scheduler_options(inputs.settings);
-        // Pods of nodes already being deleted land first: the room they will take (often on the
-        // replacements booting for them) is not room for the candidates' pods.
-        let evicted: Vec<PodInfo> = state.evicted_pods().map(|p| p.info.clone()).collect();
+        // Pending pods and the pods of nodes already being deleted land first: the room they will take
+        // (often on capacity booting for them) is not room for the candidates' pods.
+        let evicted: Vec<PodInfo> = state.pending_pods().chain(state.evicted_pods()).map(|p| p.info.clone()).collect();
         if !evicted.is_empty() {
             let requests: HashMap<&str, Resources> = evicted.iter().map(|p| (p.key.as_str(), p.requests)).collect();
             let placed = Scheduler::new(pools.clone(), nodes.clone(), bound.clone(), &state.daemons, options.clone())

@@ -464,10 +464,10 @@ fn multi_node_consolidation_merges_half_empty_nodes() {
     assert!((c.savings_per_hour - (1.20 - 0.40)).abs() < 1e-9, "{}", c.savings_per_hour);
 }
 
-/// A node already being deleted has pods that need the fleet's free room first: a candidate whose pod
+/// Pending pods and the pods of a node already being deleted need the fleet's free room first: a candidate whose pod
 /// would only fit in that same room is not deleted onto it.
 #[test]
-fn room_promised_to_a_deleting_nodes_pods_is_not_room_for_candidates() {
+fn room_promised_to_pending_or_deleting_nodes_pods_is_not_room_for_candidates() {
     let fleet = Fleet { types: gpu_catalog(), ..Default::default() }
         .pool("gpu", json!({"spec": {"disruption": {"budgets": [{"nodes": "100%"}]}}}))
         .node("big", "gpu", "g5.12xlarge", "us-east-1a", CapacityType::OnDemand)
@@ -495,5 +495,21 @@ fn room_promised_to_a_deleting_nodes_pods_is_not_room_for_candidates() {
     assert_eq!(commands[0].decision, Decision::Delete, "{commands:?}");
     // With leaving's pod headed for that GPU, small can only be replaced (by spot), not deleted.
     let commands = decide(true);
+    assert!(!commands.is_empty() && commands.iter().all(|c| c.decision != Decision::Delete), "{commands:?}");
+
+    // A pending pod has the same claim on the free GPU.
+    let mut fleet = fleet;
+    for p in fleet.pods.iter_mut().filter(|p| p.metadata.name.as_deref() == Some("moving")) {
+        p.spec.as_mut().unwrap().node_name = None;
+        p.status = None;
+    }
+    fleet.nodes.retain(|n| n.metadata.name.as_deref() != Some("leaving"));
+    let state = fleet.state();
+    let types = fleet.types.clone();
+    let types_for = move |_: &NodePool| types.clone();
+    let inputs = Inputs { state: &state, types_for: &types_for, settings: &settings, now: now() };
+    let (cands, _) = candidates(&state, &types_for, now());
+    let cands: Vec<_> = cands.into_iter().filter(|c| c.node == "small").collect();
+    let commands = Simulator::new(&inputs, &cands).single_node(&cands, std::time::Instant::now()).0;
     assert!(!commands.is_empty() && commands.iter().all(|c| c.decision != Decision::Delete), "{commands:?}");
 }
