@@ -69,30 +69,33 @@ pub fn run(path: &Path, flags: &[(String, String)]) -> Result<Report> {
     Ok(report)
 }
 
-/// Prints the summary for a person.
+/// Prints the summary for a person: one labelled figure a line, the labels in one column.
 pub fn print_text(out: &mut impl Write, r: &Report) -> std::io::Result<()> {
-    writeln!(out, "Scenario {}: {:.1} hours simulated", r.scenario, r.hours)?;
-    writeln!(out, "  total cost            ${:.2}", r.total_cost)?;
-    for (ct, c) in &r.cost_per_hour_by_capacity_type {
-        writeln!(out, "  {:<21} ${c:.2}", format!("cost per hour, {ct}"))?;
-    }
-    writeln!(out, "  node-hours            {:.1}", r.node_hours)?;
     let t = &r.time_to_schedule_seconds;
-    writeln!(out, "  time to schedule      p50 {:.0}s, p95 {:.0}s, max {:.0}s", t.p50, t.p95, t.max)?;
-    writeln!(
-        out,
-        "  launches              {} ({} failed, {} deferred)",
-        r.launches, r.launch_failures, r.launch_deferrals
-    )?;
-    writeln!(out, "  pods evicted          {}", r.pods_evicted)?;
+    let mut rows: Vec<(String, String)> = vec![("total cost".into(), format!("${:.2}", r.total_cost))];
+    for (ct, c) in &r.cost_per_hour_by_capacity_type {
+        rows.push((format!("cost per hour, {ct}"), format!("${c:.2}")));
+    }
+    rows.push(("node-hours".into(), format!("{:.1}", r.node_hours)));
+    rows.push(("time to schedule".into(), format!("p50 {:.0}s, p95 {:.0}s, max {:.0}s", t.p50, t.p95, t.max)));
+    rows.push((
+        "launches".into(),
+        format!("{} ({} failed, {} deferred)", r.launches, r.launch_failures, r.launch_deferrals),
+    ));
+    rows.push(("pods evicted".into(), r.pods_evicted.to_string()));
     if r.disruptions.is_empty() {
-        writeln!(out, "  disruptions           none")?;
+        rows.push(("disruptions".into(), "none".into()));
     }
     for (reason, n) in &r.disruptions {
-        writeln!(out, "  disruptions, {reason:<22} {n}")?;
+        rows.push((format!("disruptions, {reason}"), n.to_string()));
     }
     if r.pending_at_end > 0 {
-        writeln!(out, "  pending at the end    {}", r.pending_at_end)?;
+        rows.push(("pending at the end".into(), r.pending_at_end.to_string()));
+    }
+    let width = rows.iter().map(|(label, _)| label.chars().count()).max().unwrap_or(0);
+    writeln!(out, "Scenario {}: {:.1} hours simulated", r.scenario, r.hours)?;
+    for (label, value) in rows {
+        writeln!(out, "  {label:<width$}  {value}")?;
     }
     Ok(())
 }

@@ -149,6 +149,10 @@ fn fleet_pricing_consolidation_costs_less_than_upstream_defaults() {
     for i in 0..2 {
         assert_eq!(runs[i]["report"]["pendingAtEnd"], 0, "both schedule every pod");
     }
+    // No delete → relaunch cycle: consolidation must not count room promised to pending pods, which once
+    // made fleet pricing launch six times as many nodes as upstream.
+    let launches = |i: usize| runs[i]["report"]["launches"].as_u64().unwrap();
+    assert!(launches(1) <= 3 * launches(0), "{} launches against {}", launches(1), launches(0));
 }
 
 #[test]
