@@ -91,6 +91,11 @@ fn bad_scenarios_name_the_field_and_fail_before_running() {
         ("operator: In, values: [g5]", "operator: Maybe, values: [g5]", "spec.nodePools[0]"),
         ("  workloads:\n", "  workloads:\n  - daemonSet: {name: agent, cpu: lots}\n", "spec.workloads[0].daemonSet"),
         ("  events:\n", "  events:\n  - {at: 1h, spotPrice: {factor: -1}}\n", "spec.events[0].spotPrice.factor"),
+        (
+            "  events:\n",
+            "  events:\n  - {at: 1h, registrationFailures: {share: 2, duration: 1h}}\n",
+            "spec.events[0].registrationFailures.share",
+        ),
     ] {
         if from == to {
             continue;
@@ -182,4 +187,33 @@ fn every_example_scenario_loads() {
     }
     names.sort();
     assert_eq!(names, ["diurnal-web", "gpu-training", "mixed-accelerators", "self-managed-burst"]);
+}
+
+#[test]
+fn deferred_launches_failed_registrations_and_on_demand_leases_play_out() {
+    let base = report("tests/scenarios/short.yaml");
+    assert_eq!(base.launch_deferrals, 0);
+
+    let deferred =
+        edited("defer", "  events:\n", "  events:\n  - {at: 0s, deferLaunches: {count: 2, retryAfter: 1m}}\n");
+    assert_eq!(deferred.launch_deferrals, 2);
+    assert_eq!(deferred.pending_at_end, 0);
+
+    // Nothing launched in the first 20 minutes registers: those claims time out at 15 minutes and are
+    // replaced, so the first pods wait longer, but everything runs in the end.
+    let unregistered =
+        edited("noreg", "  events:\n", "  events:\n  - {at: 0s, registrationFailures: {share: 1, duration: 20m}}\n");
+    assert!(unregistered.time_to_schedule_seconds.max >= 900.0, "{:?}", unregistered.time_to_schedule_seconds);
+    assert!(unregistered.launches > base.launches);
+    assert_eq!(unregistered.pending_at_end, 0);
+
+    // Spot runs out for the first hour; on-demand bought under 30-minute leases is reclaimed as drifted.
+    let leased = edited(
+        "lease",
+        "  events:\n",
+        "  events:\n  - {at: 0s, onDemandLeases: 30m}\n  - {at: 0s, ice: {capacityType: spot, duration: 1h}}\n",
+    );
+    assert!(leased.disruptions.get("Drift").copied().unwrap_or(0) > 0, "{:?}", leased.disruptions);
+    assert!(leased.cost_per_hour_by_capacity_type.get("on-demand").copied().unwrap_or(0.0) > 0.0);
+    assert_eq!(leased.pending_at_end, 0);
 }

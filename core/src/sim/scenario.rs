@@ -187,6 +187,36 @@ pub struct ScenarioEvent {
     /// Move spot prices: from now on, chosen spot offerings cost their catalog price times a factor.
     #[serde(default)]
     pub spot_price: Option<SpotPrice>,
+    /// Answer the next launches with "not yet" (`LaunchDeferred`).
+    #[serde(default)]
+    pub defer_launches: Option<DeferLaunches>,
+    /// From now on, when a claim allows spot but no spot offering can launch, the provider buys on-demand
+    /// under a lease of this length, and the lease's expiry marks the node drifted.
+    #[serde(default)]
+    pub on_demand_leases: Option<KubeDuration>,
+    /// Instances launched in a window whose kubelet never registers.
+    #[serde(default)]
+    pub registration_failures: Option<RegistrationFailures>,
+}
+
+/// Deferred launches.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct DeferLaunches {
+    /// How many launches are deferred.
+    pub count: usize,
+    /// The retry the provider asks for.
+    pub retry_after: KubeDuration,
+}
+
+/// A window in which some instances never register.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RegistrationFailures {
+    /// The share (0–1) of instances launched in the window that never register.
+    pub share: f64,
+    /// How long the window lasts.
+    pub duration: KubeDuration,
 }
 
 /// A spot price change.
@@ -346,6 +376,14 @@ impl Scenario {
             }
         }
         for (i, e) in spec.events.iter().enumerate() {
+            if let Some(f) = &e.registration_failures
+                && !(0.0..=1.0).contains(&f.share)
+            {
+                return Err(err(
+                    &format!("spec.events[{i}].registrationFailures.share"),
+                    format!("{} is not a share between 0 and 1", f.share),
+                ));
+            }
             if let Some(change) = &e.spot_price
                 && !(change.factor.is_finite() && change.factor > 0.0)
             {
@@ -539,6 +577,8 @@ pub async fn run(scenario: &Scenario, settings: Settings, progress: &mut dyn FnM
     let mut job_started: BTreeMap<String, Timestamp> = BTreeMap::new();
     let mut job_keys: std::collections::HashSet<String> = std::collections::HashSet::new();
     let mut ice_until: Vec<(OfferingKey, Timestamp)> = Vec::new();
+    let mut failing_registrations: Option<(Timestamp, f64)> = None;
+    let mut seen_instances: std::collections::HashSet<String> = std::collections::HashSet::new();
     let mut by_ct: BTreeMap<String, f64> = BTreeMap::new();
     let mut events_seen = 0;
     let steps = (total.as_secs() / step.as_secs().max(1)) as usize;
@@ -646,6 +686,15 @@ pub async fn run(scenario: &Scenario, settings: Settings, progress: &mut dyn FnM
                     prices.insert((t.name.clone(), o.zone.clone(), o.capacity_type), price);
                 }
             }
+            if let Some(d) = &e.defer_launches {
+                cloud.defer_launches(d.count, d.retry_after.0, "capacity is being provisioned");
+            }
+            if let Some(lease) = &e.on_demand_leases {
+                cloud.fallback_to_on_demand_under_lease(lease.0);
+            }
+            if let Some(f) = &e.registration_failures {
+                failing_registrations = Some((clock::add(now, f.duration.0), f.share));
+            }
             if let Some(share) = e.spot_interruptions {
                 for inst in cloud.instances().iter().filter(|i| i.capacity_type == CapacityType::Spot) {
                     if (rng.below(1000) as f64) < share * 1000.0 {
@@ -663,6 +712,16 @@ pub async fn run(scenario: &Scenario, settings: Settings, progress: &mut dyn FnM
             }
         });
         sim.tick().await;
+        // Instances launched in a registration-failure window may never register.
+        for inst in cloud.instances() {
+            if seen_instances.insert(inst.provider_id.clone())
+                && let Some((until, share)) = failing_registrations
+                && now < until
+                && (rng.below(1000) as f64) < share * 1000.0
+            {
+                sim.never_register.insert(inst.provider_id.clone());
+            }
+        }
         // Bookkeeping: binding waits and job clocks.
         for (key, pod) in &sim.cluster.pods {
             if pod.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_none() {
