@@ -45,10 +45,18 @@ fn short_text() -> String {
 
 /// Runs the short scenario with `from` replaced by `to`.
 fn edited(name: &str, from: &str, to: &str) -> scenario::Report {
-    let text = short_text();
-    assert!(text.contains(from), "{from}");
+    edited_all(name, &[(from, to)])
+}
+
+/// Runs the short scenario with each `from` replaced by its `to`.
+fn edited_all(name: &str, edits: &[(&str, &str)]) -> scenario::Report {
+    let mut text = short_text();
+    for (from, to) in edits {
+        assert!(text.contains(from), "{from}");
+        text = text.replace(from, to);
+    }
     let file = std::env::temp_dir().join(format!("tenon-sim-{name}-{}.yaml", std::process::id()));
-    std::fs::write(&file, text.replace(from, to)).unwrap();
+    std::fs::write(&file, text).unwrap();
     let r = report(file.to_str().unwrap());
     std::fs::remove_file(&file).unwrap();
     r
@@ -216,4 +224,17 @@ fn deferred_launches_failed_registrations_and_on_demand_leases_play_out() {
     assert!(leased.disruptions.get("Drift").copied().unwrap_or(0) > 0, "{:?}", leased.disruptions);
     assert!(leased.cost_per_hour_by_capacity_type.get("on-demand").copied().unwrap_or(0.0) > 0.0);
     assert_eq!(leased.pending_at_end, 0);
+
+    // Nodes of the first 20 minutes register but never turn Ready: with the opt-in initialization timeout
+    // they are deleted after 10 minutes and replaced, and everything runs in the end.
+    let not_ready = edited_all(
+        "notready",
+        &[
+            ("  events:\n", "  events:\n  - {at: 0s, readinessFailures: {share: 1, duration: 20m}}\n"),
+            ("  workloads:\n", "  settings: {nodeclaim-initialization-timeout: 10m}\n  workloads:\n"),
+        ],
+    );
+    assert!(not_ready.launches > base.launches);
+    assert!(not_ready.time_to_schedule_seconds.max >= 600.0, "{:?}", not_ready.time_to_schedule_seconds);
+    assert_eq!(not_ready.pending_at_end, 0);
 }

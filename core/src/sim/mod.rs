@@ -80,6 +80,8 @@ pub struct Sim {
     pub kubelet: Kubelet,
     /// Instances whose kubelet never registers (by provider id).
     pub never_register: HashSet<String>,
+    /// Instances whose node registers but never turns Ready (by provider id).
+    pub never_ready: HashSet<String>,
     /// Extra registration delay per provider id.
     pub late: HashMap<String, Duration>,
     /// Pods a workload controller keeps alive: recreated (unbound) when evicted.
@@ -118,6 +120,7 @@ impl Sim {
             disruption,
             kubelet: Kubelet::default(),
             never_register: HashSet::new(),
+            never_ready: HashSet::new(),
             late: HashMap::new(),
             desired: BTreeMap::new(),
             reserved: HashMap::new(),
@@ -267,12 +270,13 @@ impl Sim {
             taints.extend(
                 claim.spec.startup_taints.iter().map(|t| json!({"key": t.key, "value": t.value, "effect": t.effect})),
             );
+            let ready = if self.never_ready.contains(pid) { "False" } else { "True" };
             let node: Option<Node> = serde_json::from_value(json!({
                 "metadata": {"name": claim.name(), "labels": {labels::HOSTNAME: claim.name()},
                     "annotations": {"tenon.dev/registered-at": now.to_string()}},
                 "spec": {"providerID": pid, "taints": taints},
                 "status": {"capacity": status.capacity, "allocatable": allocatable,
-                    "conditions": [{"type": "Ready", "status": "True"}]}
+                    "conditions": [{"type": "Ready", "status": ready}]}
             }))
             .ok();
             if let Some(node) = node {

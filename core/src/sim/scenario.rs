@@ -197,6 +197,9 @@ pub struct ScenarioEvent {
     /// Instances launched in a window whose kubelet never registers.
     #[serde(default)]
     pub registration_failures: Option<RegistrationFailures>,
+    /// Instances launched in a window whose node registers but never turns Ready (so never initializes).
+    #[serde(default)]
+    pub readiness_failures: Option<RegistrationFailures>,
 }
 
 /// Deferred launches.
@@ -209,11 +212,11 @@ pub struct DeferLaunches {
     pub retry_after: KubeDuration,
 }
 
-/// A window in which some instances never register.
+/// A window in which some of the instances launched fail (never register, or never turn Ready).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct RegistrationFailures {
-    /// The share (0–1) of instances launched in the window that never register.
+    /// The share (0–1) of instances launched in the window that fail.
     pub share: f64,
     /// How long the window lasts.
     pub duration: KubeDuration,
@@ -376,13 +379,17 @@ impl Scenario {
             }
         }
         for (i, e) in spec.events.iter().enumerate() {
-            if let Some(f) = &e.registration_failures
-                && !(0.0..=1.0).contains(&f.share)
+            for (field, f) in
+                [("registrationFailures", &e.registration_failures), ("readinessFailures", &e.readiness_failures)]
             {
-                return Err(err(
-                    &format!("spec.events[{i}].registrationFailures.share"),
-                    format!("{} is not a share between 0 and 1", f.share),
-                ));
+                if let Some(f) = f
+                    && !(0.0..=1.0).contains(&f.share)
+                {
+                    return Err(err(
+                        &format!("spec.events[{i}].{field}.share"),
+                        format!("{} is not a share between 0 and 1", f.share),
+                    ));
+                }
             }
             if let Some(change) = &e.spot_price
                 && !(change.factor.is_finite() && change.factor > 0.0)
@@ -578,6 +585,7 @@ pub async fn run(scenario: &Scenario, settings: Settings, progress: &mut dyn FnM
     let mut job_keys: std::collections::HashSet<String> = std::collections::HashSet::new();
     let mut ice_until: Vec<(OfferingKey, Timestamp)> = Vec::new();
     let mut failing_registrations: Option<(Timestamp, f64)> = None;
+    let mut failing_readiness: Option<(Timestamp, f64)> = None;
     let mut seen_instances: std::collections::HashSet<String> = std::collections::HashSet::new();
     let mut by_ct: BTreeMap<String, f64> = BTreeMap::new();
     let mut events_seen = 0;
@@ -695,6 +703,9 @@ pub async fn run(scenario: &Scenario, settings: Settings, progress: &mut dyn FnM
             if let Some(f) = &e.registration_failures {
                 failing_registrations = Some((clock::add(now, f.duration.0), f.share));
             }
+            if let Some(f) = &e.readiness_failures {
+                failing_readiness = Some((clock::add(now, f.duration.0), f.share));
+            }
             if let Some(share) = e.spot_interruptions {
                 for inst in cloud.instances().iter().filter(|i| i.capacity_type == CapacityType::Spot) {
                     if (rng.below(1000) as f64) < share * 1000.0 {
@@ -714,12 +725,16 @@ pub async fn run(scenario: &Scenario, settings: Settings, progress: &mut dyn FnM
         sim.tick().await;
         // Instances launched in a registration-failure window may never register.
         for inst in cloud.instances() {
-            if seen_instances.insert(inst.provider_id.clone())
-                && let Some((until, share)) = failing_registrations
-                && now < until
-                && (rng.below(1000) as f64) < share * 1000.0
-            {
+            if !seen_instances.insert(inst.provider_id.clone()) {
+                continue;
+            }
+            let hit = |window: Option<(Timestamp, f64)>, rng: &mut Rng| {
+                window.is_some_and(|(until, share)| now < until && (rng.below(1000) as f64) < share * 1000.0)
+            };
+            if hit(failing_registrations, &mut rng) {
                 sim.never_register.insert(inst.provider_id.clone());
+            } else if hit(failing_readiness, &mut rng) {
+                sim.never_ready.insert(inst.provider_id.clone());
             }
         }
         // Bookkeeping: binding waits and job clocks.
