@@ -138,8 +138,7 @@ pub fn schedule(
     now: Timestamp,
 ) -> Results {
     let pods = state
-        .pending_pods()
-        .chain(state.evicted_pods())
+        .pods_to_place()
         .filter(|p| nominations.target(&p.info.key, now).is_none())
         .map(|p| p.info.clone())
         .collect();

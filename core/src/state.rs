@@ -202,7 +202,7 @@ impl ClusterState {
         let mut by_name: HashMap<String, usize> = HashMap::new();
         let node_by_pid: HashMap<&str, &str> = nodes
             .iter()
-            .filter_map(|n| Some((n.spec.as_ref()?.provider_id.as_deref()?, n.metadata.name.as_deref()?)))
+            .filter_map(|n| Some((crate::cluster::node_provider_id(n)?, n.metadata.name.as_deref()?)))
             .collect();
         let claim_for_node: HashMap<&str, &NodeClaim> = claims
             .iter()
@@ -362,6 +362,11 @@ impl ClusterState {
             .filter(|n| n.deleting)
             .flat_map(|n| n.pods.iter().map(|i| &self.pods[*i]))
             .filter(|p| !p.terminal && !p.info.daemon)
+    }
+
+    /// Pods that need a place: pending pods, then the pods of nodes being deleted.
+    pub fn pods_to_place(&self) -> impl Iterator<Item = &StatePod> {
+        self.pending_pods().chain(self.evicted_pods())
     }
 
     /// Pods bound to a live node, with the node's name, for topology counts.

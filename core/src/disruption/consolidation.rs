@@ -54,16 +54,16 @@ impl<'a> Simulator<'a> {
         let options = provisioning::scheduler_options(inputs.settings);
         // Pending pods and the pods of nodes already being deleted land first: the room they will take
         // (often on capacity booting for them) is not room for the candidates' pods.
-        let evicted: Vec<PodInfo> = state.pending_pods().chain(state.evicted_pods()).map(|p| p.info.clone()).collect();
-        if !evicted.is_empty() {
-            let requests: HashMap<&str, Resources> = evicted.iter().map(|p| (p.key.as_str(), p.requests)).collect();
+        let first: Vec<PodInfo> = state.pods_to_place().map(|p| p.info.clone()).collect();
+        if !first.is_empty() {
+            let requests: HashMap<String, Resources> = first.iter().map(|p| (p.key.clone(), p.requests)).collect();
+            let by_name: HashMap<String, usize> = nodes.iter().enumerate().map(|(i, n)| (n.name.clone(), i)).collect();
             let placed = Scheduler::new(pools.clone(), nodes.clone(), bound.clone(), &state.daemons, options.clone())
-                .solve(evicted.clone());
+                .solve(first);
             for p in placed.existing {
-                if let Some(n) = nodes.iter_mut().find(|n| n.name == p.node) {
-                    for r in p.pods.iter().filter_map(|k| requests.get(k.as_str())) {
-                        n.available = n.available.sub(r);
-                    }
+                let Some(&i) = by_name.get(&p.node) else { continue };
+                for r in p.pods.iter().filter_map(|k| requests.get(k)) {
+                    nodes[i].available = nodes[i].available.sub(r);
                 }
             }
         }

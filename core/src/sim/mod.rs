@@ -11,7 +11,7 @@ use std::time::Duration;
 use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Node, Pod};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
 use serde_json::json;
 
 use crate::api::{NodeClaim, NodePool, condition_types, labels};
@@ -96,8 +96,10 @@ pub struct Sim {
     pub events: Vec<(Timestamp, Event)>,
     /// Nodes rebooting for repair, since when.
     rebooted: HashMap<String, Timestamp>,
-    /// DaemonSets, with their pod as the scheduler sees it.
-    daemon_sets: Vec<(DaemonSet, DaemonPod)>,
+    /// DaemonSets.
+    daemon_sets: Vec<DaemonSet>,
+    /// Each DaemonSet's pod as the scheduler sees it, in the order of `daemon_sets`.
+    daemon_pods: Vec<DaemonPod>,
 }
 
 impl Sim {
@@ -130,14 +132,15 @@ impl Sim {
             events: Vec::new(),
             rebooted: HashMap::new(),
             daemon_sets: Vec::new(),
+            daemon_pods: Vec::new(),
         }
     }
 
     /// Adds a DaemonSet: provisioning counts its pod on the nodes it would land on, and every registered
     /// node it fits runs one.
     pub fn add_daemon_set(&mut self, ds: DaemonSet) -> Result<(), crate::scheduling::PodError> {
-        let pod = daemon_pod(&ds)?;
-        self.daemon_sets.push((ds, pod));
+        self.daemon_pods.push(daemon_pod(&ds)?);
+        self.daemon_sets.push(ds);
         Ok(())
     }
 
@@ -184,13 +187,12 @@ impl Sim {
     /// The cluster as the controllers see it.
     pub fn state(&self) -> ClusterState {
         let now = self.clock.now();
-        let daemon_sets: Vec<DaemonSet> = self.daemon_sets.iter().map(|(ds, _)| ds.clone()).collect();
         let c = &self.cluster;
         let mut s = ClusterState::from_objects(
             c.pods.values(),
             c.nodes.values(),
             c.claims.values(),
-            &daemon_sets,
+            &self.daemon_sets,
             &c.pdbs,
             &self.pools,
             now,
@@ -329,7 +331,7 @@ impl Sim {
                 labels.extend(l.iter().map(|(k, v)| (k.clone(), v.clone())));
             }
             let taints = claim.map(|c| c.spec.taints.clone()).unwrap_or_default();
-            for (ds, daemon) in &self.daemon_sets {
+            for (ds, daemon) in self.daemon_sets.iter().zip(&self.daemon_pods) {
                 let ds_name = ds.metadata.name.as_deref().unwrap_or_default();
                 let namespace = ds.metadata.namespace.as_deref().unwrap_or("default");
                 let key = format!("{namespace}/{ds_name}-{name}");
@@ -340,11 +342,11 @@ impl Sim {
                 let mut spec = template.spec.unwrap_or_default();
                 spec.node_name = Some(name.clone());
                 let pod = Pod {
-                    metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                    metadata: ObjectMeta {
                         name: Some(format!("{ds_name}-{name}")),
                         namespace: Some(namespace.to_owned()),
                         labels: template.metadata.and_then(|m| m.labels),
-                        owner_references: Some(vec![k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+                        owner_references: Some(vec![OwnerReference {
                             api_version: "apps/v1".into(),
                             kind: "DaemonSet".into(),
                             name: ds_name.to_owned(),
@@ -405,10 +407,7 @@ impl Sim {
 
     async fn provision(&mut self, now: Timestamp) {
         let state = self.state();
-        let waiting = state
-            .pending_pods()
-            .chain(state.evicted_pods())
-            .any(|p| self.nominations.target(&p.info.key, now).is_none());
+        let waiting = state.pods_to_place().any(|p| self.nominations.target(&p.info.key, now).is_none());
         // Pods waiting without capacity on its way open a batch window.
         if waiting && !self.batcher.is_open() {
             self.batcher.trigger(now);

@@ -196,10 +196,10 @@ pub struct ScenarioEvent {
     pub on_demand_leases: Option<KubeDuration>,
     /// Instances launched in a window whose kubelet never registers.
     #[serde(default)]
-    pub registration_failures: Option<RegistrationFailures>,
+    pub registration_failures: Option<FailureWindow>,
     /// Instances launched in a window whose node registers but never turns Ready (so never initializes).
     #[serde(default)]
-    pub readiness_failures: Option<RegistrationFailures>,
+    pub readiness_failures: Option<FailureWindow>,
 }
 
 /// Deferred launches.
@@ -215,7 +215,7 @@ pub struct DeferLaunches {
 /// A window in which some of the instances launched fail (never register, or never turn Ready).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct RegistrationFailures {
+pub struct FailureWindow {
     /// The share (0–1) of instances launched in the window that fail.
     pub share: f64,
     /// How long the window lasts.
