@@ -7,9 +7,12 @@
 //! - `azure`: Azure Virtual Machines.
 //!
 //! Each provider implements [`tenon_core::cloud::CloudProvider`] and passes the core's conformance suite
-//! in its own tests. The features are placeholders until each provider lands: enabling one builds, and
-//! adds nothing yet.
+//! in its own tests. `gcp` and `azure` are placeholders until those providers land: enabling one builds,
+//! and adds nothing yet.
 #![warn(missing_docs)]
+
+#[cfg(feature = "aws")]
+pub mod aws;
 
 /// The providers compiled into this build, by name.
 pub fn enabled() -> Vec<&'static str> {

@@ -1,0 +1,278 @@
+//! EC2 instance shapes as tenon instance types: capacity, the EKS overhead formulas, well-known labels,
+//! and the bundled on-demand price table.
+
+use std::collections::{BTreeMap, HashMap};
+
+use tenon_core::api::labels;
+use tenon_core::cloud::{InstanceType, Offering, Overhead};
+use tenon_core::resources::{ResourceName, Resources};
+
+/// Label: the instance category (`p` of `p4d.24xlarge`).
+pub const LABEL_INSTANCE_CATEGORY: &str = "karpenter.k8s.aws/instance-category";
+/// Label: the instance family (`p4d`).
+pub const LABEL_INSTANCE_FAMILY: &str = "karpenter.k8s.aws/instance-family";
+/// Label: the instance generation (`4`).
+pub const LABEL_INSTANCE_GENERATION: &str = "karpenter.k8s.aws/instance-generation";
+/// Label: the instance size (`24xlarge`).
+pub const LABEL_INSTANCE_SIZE: &str = "karpenter.k8s.aws/instance-size";
+/// Label: vCPUs.
+pub const LABEL_INSTANCE_CPU: &str = "karpenter.k8s.aws/instance-cpu";
+/// Label: memory in MiB.
+pub const LABEL_INSTANCE_MEMORY: &str = "karpenter.k8s.aws/instance-memory";
+/// Label: the hypervisor (`nitro`, `xen`, empty for bare metal).
+pub const LABEL_INSTANCE_HYPERVISOR: &str = "karpenter.k8s.aws/instance-hypervisor";
+/// Label: the GPU model, lower case (`a100`).
+pub const LABEL_GPU_NAME: &str = "karpenter.k8s.aws/instance-gpu-name";
+/// Label: the GPU maker, lower case (`nvidia`).
+pub const LABEL_GPU_MANUFACTURER: &str = "karpenter.k8s.aws/instance-gpu-manufacturer";
+/// Label: the number of GPUs.
+pub const LABEL_GPU_COUNT: &str = "karpenter.k8s.aws/instance-gpu-count";
+/// Label: memory of one GPU in MiB.
+pub const LABEL_GPU_MEMORY: &str = "karpenter.k8s.aws/instance-gpu-memory";
+
+/// Every label key this provider sets, announced as well known.
+pub const WELL_KNOWN_LABELS: [&str; 11] = [
+    LABEL_INSTANCE_CATEGORY,
+    LABEL_INSTANCE_FAMILY,
+    LABEL_INSTANCE_GENERATION,
+    LABEL_INSTANCE_SIZE,
+    LABEL_INSTANCE_CPU,
+    LABEL_INSTANCE_MEMORY,
+    LABEL_INSTANCE_HYPERVISOR,
+    LABEL_GPU_NAME,
+    LABEL_GPU_MANUFACTURER,
+    LABEL_GPU_COUNT,
+    LABEL_GPU_MEMORY,
+];
+
+/// The AMD GPU resource.
+pub const AMD_GPU: &str = "amd.com/gpu";
+
+/// One kind of GPU in an instance.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Gpu {
+    /// The model (`A100`).
+    pub name: String,
+    /// The maker (`NVIDIA`).
+    pub manufacturer: String,
+    /// How many.
+    pub count: i64,
+    /// Memory of one, in MiB.
+    pub memory_mib: i64,
+}
+
+/// An EC2 instance type as `DescribeInstanceTypes` describes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Shape {
+    /// The type name (`p4d.24xlarge`).
+    pub name: String,
+    /// Default vCPUs.
+    pub vcpu: i64,
+    /// Memory in MiB.
+    pub memory_mib: i64,
+    /// Kubernetes architectures (`amd64`, `arm64`).
+    pub architectures: Vec<String>,
+    /// GPUs.
+    pub gpus: Vec<Gpu>,
+    /// Network interfaces.
+    pub max_enis: i64,
+    /// IPv4 addresses per interface.
+    pub ipv4_per_eni: i64,
+    /// The hypervisor (`nitro`, `xen`), empty for bare metal.
+    pub hypervisor: String,
+    /// Whether it is a bare-metal type.
+    pub bare_metal: bool,
+}
+
+/// The maximum pods of the EKS VPC CNI: `ENIs × (IPv4 per ENI − 1) + 2`.
+pub fn max_pods(max_enis: i64, ipv4_per_eni: i64) -> i64 {
+    (max_enis * (ipv4_per_eni - 1).max(0) + 2).max(2)
+}
+
+/// The kube-reserved CPU of EKS in millicores: 6% of the first core, 1% of the second, 0.5% of the
+/// third and fourth, 0.25% of every other (fractions of a millicore dropped).
+pub fn kube_reserved_cpu_millis(vcpu: i64) -> i64 {
+    let mut tenths = 0; // in tenths of a millicore
+    for core in 0..vcpu {
+        tenths += match core {
+            0 => 600,
+            1 => 100,
+            2 | 3 => 50,
+            _ => 25,
+        };
+    }
+    tenths / 10
+}
+
+/// The kube-reserved memory of EKS in MiB: `11 × max pods + 255`.
+pub fn kube_reserved_memory_mib(max_pods: i64) -> i64 {
+    11 * max_pods + 255
+}
+
+const MIB: i64 = 1 << 20;
+const GIB: i64 = 1 << 30;
+
+/// Capacity, overhead and labels of `shape`, offered as `offerings`. `root_volume_gib` is the root volume
+/// the NodeClass gives it (ephemeral storage).
+pub fn instance_type(shape: &Shape, root_volume_gib: i64, offerings: Vec<Offering>) -> InstanceType {
+    let pods = max_pods(shape.max_enis, shape.ipv4_per_eni);
+    let mut capacity = Resources::cpu_memory(shape.vcpu * 1000, shape.memory_mib * MIB)
+        .with(ResourceName::PODS, pods)
+        .with(ResourceName::EPHEMERAL_STORAGE, root_volume_gib * GIB);
+    let nvidia: i64 =
+        shape.gpus.iter().filter(|g| g.manufacturer.eq_ignore_ascii_case("nvidia")).map(|g| g.count).sum();
+    if nvidia > 0 {
+        capacity.set(ResourceName::NVIDIA_GPU, nvidia);
+    }
+    let amd: i64 = shape.gpus.iter().filter(|g| g.manufacturer.eq_ignore_ascii_case("amd")).map(|g| g.count).sum();
+    if amd > 0
+        && let Ok(r) = ResourceName::intern(AMD_GPU)
+    {
+        capacity.set(r, amd);
+    }
+    let overhead = Overhead {
+        kube_reserved: Resources::cpu_memory(
+            kube_reserved_cpu_millis(shape.vcpu),
+            kube_reserved_memory_mib(pods) * MIB,
+        )
+        .with(ResourceName::EPHEMERAL_STORAGE, GIB),
+        system_reserved: Resources::ZERO,
+        // 100Mi of memory and 10% of the root volume, the kubelet's default hard eviction thresholds.
+        eviction_threshold: Resources::cpu_memory(0, 100 * MIB)
+            .with(ResourceName::EPHEMERAL_STORAGE, root_volume_gib * GIB / 10),
+    };
+    InstanceType { name: shape.name.clone(), labels: shape_labels(shape), capacity, overhead, offerings }
+}
+
+/// The labels every instance of `shape` carries.
+pub fn shape_labels(shape: &Shape) -> BTreeMap<String, String> {
+    let mut l = BTreeMap::new();
+    let mut put = |k: &str, v: String| {
+        l.insert(k.to_owned(), v);
+    };
+    put(labels::OS, "linux".into());
+    if let Some(arch) = shape.architectures.first() {
+        put(labels::ARCH, arch.clone());
+    }
+    let (family, size) = shape.name.split_once('.').unwrap_or((&shape.name, ""));
+    put(LABEL_INSTANCE_FAMILY, family.to_owned());
+    put(LABEL_INSTANCE_SIZE, size.to_owned());
+    let category: String = family.chars().take_while(|c| c.is_ascii_alphabetic()).collect();
+    put(LABEL_INSTANCE_CATEGORY, category.clone());
+    let generation: String = family[category.len()..].chars().take_while(char::is_ascii_digit).collect();
+    if !generation.is_empty() {
+        put(LABEL_INSTANCE_GENERATION, generation);
+    }
+    put(LABEL_INSTANCE_CPU, shape.vcpu.to_string());
+    put(LABEL_INSTANCE_MEMORY, shape.memory_mib.to_string());
+    put(LABEL_INSTANCE_HYPERVISOR, shape.hypervisor.clone());
+    if let Some(g) = shape.gpus.first() {
+        put(LABEL_GPU_NAME, g.name.to_ascii_lowercase());
+        put(LABEL_GPU_MANUFACTURER, g.manufacturer.to_ascii_lowercase());
+        put(LABEL_GPU_COUNT, shape.gpus.iter().map(|g| g.count).sum::<i64>().to_string());
+        put(LABEL_GPU_MEMORY, g.memory_mib.to_string());
+    }
+    l
+}
+
+/// The bundled on-demand price table: Linux, us-east-1, from the AWS Pricing API on 2026-07-20 (see
+/// `providers/data/README.md`).
+pub const BUNDLED_PRICES_CSV: &str = include_str!("../../data/aws-on-demand-prices.csv");
+/// The date of the bundled table.
+pub const BUNDLED_PRICES_DATE: &str = "2026-07-20";
+
+/// Reads a `region,instance_type,usd_per_hour` table and keeps the rows of `region`.
+pub fn parse_prices(csv: &str, region: &str) -> Result<HashMap<String, f64>, String> {
+    let mut out = HashMap::new();
+    for (n, line) in csv.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() || (n == 0 && line.starts_with("region,")) {
+            continue;
+        }
+        let mut cols = line.split(',');
+        let (Some(r), Some(t), Some(p), None) = (cols.next(), cols.next(), cols.next(), cols.next()) else {
+            return Err(format!("price table line {}: expected region,instance_type,usd_per_hour: {line:?}", n + 1));
+        };
+        if r != region {
+            continue;
+        }
+        let price: f64 =
+            p.parse().map_err(|_| format!("price table line {}: usd_per_hour {p:?} is not a number", n + 1))?;
+        if !price.is_finite() || price < 0.0 {
+            return Err(format!("price table line {}: usd_per_hour {p:?} is negative or not finite", n + 1));
+        }
+        out.insert(t.to_owned(), price);
+    }
+    Ok(out)
+}
+
+/// The vCPU quota bucket an instance family counts against (`standard`, `g`, `p`, …), for quota errors.
+pub fn quota_bucket(instance_type: &str) -> &'static str {
+    let family = instance_type.split('.').next().unwrap_or(instance_type);
+    let category: String = family.chars().take_while(|c| c.is_ascii_alphabetic()).collect();
+    match category.as_str() {
+        "g" | "vt" => "g-vt",
+        "p" => "p",
+        "f" => "f",
+        "x" => "x",
+        "inf" => "inf",
+        "trn" => "trn",
+        "dl" => "dl",
+        "hpc" => "hpc",
+        _ => "standard",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    #[test]
+    fn eks_formulas() {
+        assert_eq!(max_pods(4, 15), 58, "m5.xlarge");
+        assert_eq!(max_pods(3, 10), 29, "m5.large");
+        assert_eq!(kube_reserved_cpu_millis(1), 60);
+        assert_eq!(kube_reserved_cpu_millis(2), 70);
+        assert_eq!(kube_reserved_cpu_millis(4), 80);
+        assert_eq!(kube_reserved_cpu_millis(8), 90);
+        assert_eq!(kube_reserved_cpu_millis(96), 310);
+        assert_eq!(kube_reserved_memory_mib(58), 893);
+    }
+
+    #[test]
+    fn the_bundled_table_has_the_documented_prices() {
+        let p = parse_prices(BUNDLED_PRICES_CSV, "us-east-1").unwrap();
+        assert!(p.len() > 1000);
+        assert_eq!(p["g5.2xlarge"], 1.212);
+        assert_eq!(p["g5.12xlarge"], 5.672);
+        assert!(parse_prices(BUNDLED_PRICES_CSV, "eu-west-1").unwrap().is_empty());
+        assert!(parse_prices("region,instance_type,usd_per_hour\nus-east-1,x,abc\n", "us-east-1").is_err());
+    }
+
+    #[test]
+    fn gpu_shapes_become_gpu_capacity_and_labels() {
+        let shape = Shape {
+            name: "g5.xlarge".into(),
+            vcpu: 4,
+            memory_mib: 16384,
+            architectures: vec!["amd64".into()],
+            gpus: vec![Gpu { name: "A10G".into(), manufacturer: "NVIDIA".into(), count: 1, memory_mib: 22888 }],
+            max_enis: 4,
+            ipv4_per_eni: 15,
+            hypervisor: "nitro".into(),
+            bare_metal: false,
+        };
+        let it = instance_type(&shape, 20, Vec::new());
+        assert_eq!(it.capacity.get(ResourceName::NVIDIA_GPU), 1);
+        assert_eq!(it.labels[LABEL_GPU_NAME], "a10g");
+        assert_eq!(it.labels[LABEL_INSTANCE_GENERATION], "5");
+        assert_eq!(it.labels[LABEL_INSTANCE_CATEGORY], "g");
+        let a = it.allocatable();
+        assert_eq!(a.get(ResourceName::CPU), 4000 - 80);
+        assert_eq!(a.get(ResourceName::MEMORY), (16384 - 893 - 100) * MIB);
+        assert_eq!(a.get(ResourceName::PODS), 58);
+        assert_eq!(quota_bucket("g5.xlarge"), "g-vt");
+        assert_eq!(quota_bucket("m5.large"), "standard");
+    }
+}

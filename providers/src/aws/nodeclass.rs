@@ -1,0 +1,404 @@
+//! `EC2NodeClass` (group `karpenter.k8s.aws`, version `v1`): how the AWS provider launches a node.
+//!
+//! The spec names the AMIs, subnets and security groups by selector terms; the status holds what those
+//! terms resolved to. Dynamic fields (the selector terms) are compared through the status for drift; the
+//! static fields (user data, tags, block devices, metadata options, role) are covered by
+//! [`EC2NodeClass::static_hash`].
+
+use std::collections::BTreeMap;
+
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// The API group of `EC2NodeClass`.
+pub const GROUP: &str = "karpenter.k8s.aws";
+/// The kind.
+pub const KIND: &str = "EC2NodeClass";
+/// The key of the static hash: tenon tags every instance with it at launch.
+pub const HASH_ANNOTATION: &str = "karpenter.k8s.aws/ec2nodeclass-hash";
+
+/// The desired state of an `EC2NodeClass`.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, Default, JsonSchema)]
+#[kube(
+    group = "karpenter.k8s.aws",
+    version = "v1",
+    kind = "EC2NodeClass",
+    plural = "ec2nodeclasses",
+    shortname = "ec2nc",
+    derive = "PartialEq",
+    status = "EC2NodeClassStatus",
+    doc = "An EC2NodeClass says how the AWS provider launches instances: AMIs, subnets, security groups, IAM role, user data, block devices, tags and instance metadata options."
+)]
+#[serde(rename_all = "camelCase")]
+pub struct EC2NodeClassSpec {
+    /// Which AMIs to boot; the first term that resolves wins per architecture, newest image first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ami_selector_terms: Vec<AmiSelectorTerm>,
+    /// Which subnets to launch into (one per zone is used, the one with the most free addresses).
+    #[serde(default)]
+    pub subnet_selector_terms: Vec<SelectorTerm>,
+    /// Which security groups the instances get.
+    #[serde(default)]
+    pub security_group_selector_terms: Vec<SecurityGroupSelectorTerm>,
+    /// The IAM role of the node; its instance profile is named after the role unless `instanceProfile` is set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub role: Option<String>,
+    /// An existing instance profile, instead of `role`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instance_profile: Option<String>,
+    /// User data passed to the instance as is (base64-encoded by the provider).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user_data: Option<String>,
+    /// EBS volumes attached at launch.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub block_device_mappings: Vec<BlockDeviceMapping>,
+    /// Extra tags on instances, volumes and launch templates.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub tags: BTreeMap<String, String>,
+    /// The instance metadata service options.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata_options: Option<MetadataOptions>,
+}
+
+/// One AMI selector term: exactly one of `alias`, `id`, `name` (with an optional `owner`) or `tags`.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AmiSelectorTerm {
+    /// An AMI family and version, `al2023@latest`, `al2@v20260101`, `bottlerocket@latest`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub alias: Option<String>,
+    /// An AMI id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    /// An AMI name, wildcards allowed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// The owner of `name` (an account id, `self` or `amazon`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
+    /// Tags the AMI must carry (`*` as a value matches any value).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub tags: BTreeMap<String, String>,
+}
+
+/// A subnet selector term: an `id`, or `tags` that must all match.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SelectorTerm {
+    /// A resource id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    /// Tags that must all match (`*` as a value matches any value).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub tags: BTreeMap<String, String>,
+}
+
+/// A security group selector term: an `id`, a `name`, or `tags`.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SecurityGroupSelectorTerm {
+    /// A security group id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    /// A security group name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// Tags that must all match (`*` as a value matches any value).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub tags: BTreeMap<String, String>,
+}
+
+/// One block device mapping.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BlockDeviceMapping {
+    /// The device name, e.g. `/dev/xvda`.
+    pub device_name: String,
+    /// The EBS volume.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ebs: Option<Ebs>,
+    /// Whether this is the root volume.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub root_volume: Option<bool>,
+}
+
+/// An EBS volume.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Ebs {
+    /// The size, as a Kubernetes quantity (`100Gi`) or a number of GiB.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub volume_size: Option<String>,
+    /// `gp3`, `gp2`, `io2`, …
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub volume_type: Option<String>,
+    /// Provisioned IOPS.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub iops: Option<i32>,
+    /// Provisioned throughput in MiB/s (gp3).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub throughput: Option<i32>,
+    /// Whether the volume is encrypted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub encrypted: Option<bool>,
+    /// The KMS key of an encrypted volume.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kms_key_id: Option<String>,
+    /// Whether the volume goes with the instance (default true).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delete_on_termination: Option<bool>,
+    /// A snapshot to restore.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub snapshot_id: Option<String>,
+}
+
+impl Ebs {
+    /// The size in GiB (`100Gi`, `100G` and `100` all read as 100).
+    pub fn size_gib(&self) -> Result<Option<i32>, String> {
+        let Some(s) = self.volume_size.as_deref() else { return Ok(None) };
+        let digits = s.trim_end_matches("Gi").trim_end_matches('G');
+        digits.parse::<i32>().map(Some).map_err(|_| format!("volumeSize {s:?} is not a size in GiB (like 100Gi)"))
+    }
+}
+
+/// Instance metadata service options.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MetadataOptions {
+    /// `enabled` or `disabled`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub http_endpoint: Option<String>,
+    /// `enabled` or `disabled`.
+    #[serde(default, rename = "httpProtocolIPv6", skip_serializing_if = "Option::is_none")]
+    pub http_protocol_ipv6: Option<String>,
+    /// The hop limit of metadata responses (default 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub http_put_response_hop_limit: Option<i32>,
+    /// `required` (IMDSv2 only) or `optional`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub http_tokens: Option<String>,
+}
+
+/// What the selector terms resolved to.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EC2NodeClassStatus {
+    /// The subnets, one entry per subnet.
+    #[serde(default)]
+    pub subnets: Vec<ResolvedSubnet>,
+    /// The security groups.
+    #[serde(default)]
+    pub security_groups: Vec<ResolvedSecurityGroup>,
+    /// The AMIs, newest first.
+    #[serde(default)]
+    pub amis: Vec<ResolvedAmi>,
+    /// The instance profile instances are launched with.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instance_profile: Option<String>,
+}
+
+/// A resolved subnet.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ResolvedSubnet {
+    /// The subnet id.
+    pub id: String,
+    /// Its availability zone.
+    pub zone: String,
+    /// Its availability zone id (`use1-az1`), when known.
+    #[serde(default, rename = "zoneID", skip_serializing_if = "Option::is_none")]
+    pub zone_id: Option<String>,
+    /// Free IPv4 addresses when resolved.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub available_ips: Option<i32>,
+}
+
+/// A resolved security group.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ResolvedSecurityGroup {
+    /// The group id.
+    pub id: String,
+    /// The group name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+}
+
+/// A resolved AMI.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ResolvedAmi {
+    /// The image id.
+    pub id: String,
+    /// The image name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// The Kubernetes architecture (`amd64`, `arm64`).
+    pub architecture: String,
+    /// Whether the image is meant for NVIDIA GPU instances (an `nvidia` variant alias, or a name with `nvidia`/`gpu`).
+    #[serde(default)]
+    pub nvidia: bool,
+    /// When it was created, as EC2 reports it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub creation_date: Option<String>,
+}
+
+impl EC2NodeClass {
+    /// The name of the object.
+    pub fn name(&self) -> &str {
+        self.metadata.name.as_deref().unwrap_or_default()
+    }
+
+    /// A hash of the static fields (user data, tags, block devices, metadata options, role, instance
+    /// profile): a change in any of them drifts every instance launched from this NodeClass. The selector
+    /// terms are left out: their result is compared through the status instead.
+    pub fn static_hash(&self) -> String {
+        let s = &self.spec;
+        let fields = serde_json::json!({
+            "role": s.role,
+            "instanceProfile": s.instance_profile,
+            "userData": s.user_data,
+            "blockDeviceMappings": s.block_device_mappings,
+            "tags": s.tags,
+            "metadataOptions": s.metadata_options,
+        });
+        format!("{:016x}", fnv1a(fields.to_string().as_bytes()))
+    }
+
+    /// Checks what the API server's schema cannot: one kind of field per term, role or instance profile.
+    pub fn validate(&self) -> Result<(), String> {
+        let s = &self.spec;
+        let name = self.name();
+        if s.role.is_some() && s.instance_profile.is_some() {
+            return Err(format!("EC2NodeClass/{name}: spec.role and spec.instanceProfile are mutually exclusive"));
+        }
+        if s.subnet_selector_terms.is_empty() {
+            return Err(format!("EC2NodeClass/{name}: spec.subnetSelectorTerms is empty"));
+        }
+        if s.security_group_selector_terms.is_empty() {
+            return Err(format!("EC2NodeClass/{name}: spec.securityGroupSelectorTerms is empty"));
+        }
+        if s.ami_selector_terms.is_empty() {
+            return Err(format!("EC2NodeClass/{name}: spec.amiSelectorTerms is empty"));
+        }
+        for (i, t) in s.ami_selector_terms.iter().enumerate() {
+            let kinds = [t.alias.is_some(), t.id.is_some(), t.name.is_some(), !t.tags.is_empty()];
+            if kinds.iter().filter(|k| **k).count() != 1 {
+                return Err(format!(
+                    "EC2NodeClass/{name}: spec.amiSelectorTerms[{i}] must set exactly one of alias, id, name, tags"
+                ));
+            }
+            if let Some(alias) = &t.alias {
+                parse_alias(alias).map_err(|e| format!("EC2NodeClass/{name}: spec.amiSelectorTerms[{i}]: {e}"))?;
+            }
+        }
+        for (i, t) in s.subnet_selector_terms.iter().enumerate() {
+            if t.id.is_some() != t.tags.is_empty() {
+                return Err(format!(
+                    "EC2NodeClass/{name}: spec.subnetSelectorTerms[{i}] must set exactly one of id, tags"
+                ));
+            }
+        }
+        for (i, t) in s.security_group_selector_terms.iter().enumerate() {
+            let kinds = [t.id.is_some(), t.name.is_some(), !t.tags.is_empty()];
+            if kinds.iter().filter(|k| **k).count() != 1 {
+                return Err(format!(
+                    "EC2NodeClass/{name}: spec.securityGroupSelectorTerms[{i}] must set exactly one of id, name, tags"
+                ));
+            }
+        }
+        for (i, b) in s.block_device_mappings.iter().enumerate() {
+            if let Some(ebs) = &b.ebs {
+                ebs.size_gib().map_err(|e| format!("EC2NodeClass/{name}: spec.blockDeviceMappings[{i}].ebs: {e}"))?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// An AMI alias, `family@version`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Alias {
+    /// `al2023`, `al2` or `bottlerocket`.
+    pub family: String,
+    /// `latest` or a version string such as `v20260101`.
+    pub version: String,
+}
+
+/// Parses `family@version`.
+pub fn parse_alias(alias: &str) -> Result<Alias, String> {
+    let (family, version) = alias.split_once('@').unwrap_or((alias, "latest"));
+    let family = family.to_ascii_lowercase();
+    if !["al2023", "al2", "bottlerocket"].contains(&family.as_str()) {
+        return Err(format!("alias {alias:?}: unknown AMI family {family:?} (al2023, al2, bottlerocket)"));
+    }
+    if version.is_empty() {
+        return Err(format!("alias {alias:?}: empty version"));
+    }
+    Ok(Alias { family, version: version.to_owned() })
+}
+
+/// FNV-1a, 64 bits: a stable hash across builds and platforms.
+fn fnv1a(bytes: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in bytes {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    fn class(yaml: serde_json::Value) -> EC2NodeClass {
+        serde_json::from_value(yaml).unwrap()
+    }
+
+    #[test]
+    fn reads_a_karpenter_manifest_and_hashes_only_static_fields() {
+        let nc = class(serde_json::json!({
+            "apiVersion": "karpenter.k8s.aws/v1", "kind": "EC2NodeClass", "metadata": {"name": "default"},
+            "spec": {
+                "amiSelectorTerms": [{"alias": "al2023@latest"}],
+                "subnetSelectorTerms": [{"tags": {"karpenter.sh/discovery": "demo"}}],
+                "securityGroupSelectorTerms": [{"tags": {"karpenter.sh/discovery": "demo"}}],
+                "role": "KarpenterNodeRole-demo",
+                "blockDeviceMappings": [{"deviceName": "/dev/xvda", "ebs": {"volumeSize": "100Gi", "volumeType": "gp3"}}],
+                "metadataOptions": {"httpTokens": "required", "httpPutResponseHopLimit": 1},
+                "tags": {"team": "ml"}
+            }
+        }));
+        nc.validate().unwrap();
+        assert_eq!(nc.spec.block_device_mappings[0].ebs.as_ref().unwrap().size_gib().unwrap(), Some(100));
+        let h = nc.static_hash();
+        let mut other = nc.clone();
+        other.spec.subnet_selector_terms[0].tags.insert("extra".into(), "x".into());
+        assert_eq!(other.static_hash(), h, "selector terms are dynamic, not hashed");
+        other.spec.user_data = Some("#!/bin/sh".into());
+        assert_ne!(other.static_hash(), h);
+    }
+
+    #[test]
+    fn rejects_ambiguous_terms() {
+        let mut nc = class(serde_json::json!({
+            "apiVersion": "karpenter.k8s.aws/v1", "kind": "EC2NodeClass", "metadata": {"name": "x"},
+            "spec": {
+                "amiSelectorTerms": [{"alias": "al2023@latest", "id": "ami-1"}],
+                "subnetSelectorTerms": [{"id": "subnet-1"}],
+                "securityGroupSelectorTerms": [{"id": "sg-1"}],
+                "role": "r"
+            }
+        }));
+        assert!(nc.validate().unwrap_err().contains("amiSelectorTerms[0]"));
+        nc.spec.ami_selector_terms[0].id = None;
+        nc.validate().unwrap();
+        nc.spec.instance_profile = Some("p".into());
+        assert!(nc.validate().unwrap_err().contains("mutually exclusive"));
+        assert!(parse_alias("windows@latest").is_err());
+        assert_eq!(parse_alias("al2023").unwrap().version, "latest");
+    }
+}

@@ -1,0 +1,839 @@
+//! The AWS provider against moto's EC2 and SQS server (`scripts/peers/moto.sh`, started by
+//! `scripts/test.sh`).
+//!
+//! Two kinds of tests live here, and each says which it is:
+//! - **moto**: everything the provider sees is moto's own behaviour.
+//! - **fault-injected**: moto plus tenon's switchboard (`scripts/peers/moto_faults.py`, same server) for
+//!   what moto never produces: per-override `Errors[]` of `CreateFleet` (capacity and quota errors) and
+//!   real-looking spot prices. Those tests check tenon's reading of AWS's documented shapes, not moto.
+//!
+//! Tests run in parallel against one server: each builds its own VPC, subnets, security group and AMIs,
+//! and its own cluster name, so none sees another's instances or faults.
+#![cfg(feature = "aws")]
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use aws_sdk_ec2::types as ec2;
+use tenon_core::api::{
+    NodeClaim, NodeClaimSpec, NodeClaimStatus, NodeClassRef, NodePool, NodePoolSpec, NodeSelectorRequirement, Operator,
+    labels,
+};
+use tenon_core::clock::VirtualClock;
+use tenon_core::cloud::conformance::{self, Harness};
+use tenon_core::cloud::{
+    CapacityType, CloudError, CloudProvider, DynCloudProvider, InterruptionKind, LaunchOptions, OfferingKey,
+    UnavailableOfferings,
+};
+use tenon_core::resources::ResourceName;
+use tenon_providers::aws::catalog::{self, kube_reserved_cpu_millis, kube_reserved_memory_mib, max_pods};
+use tenon_providers::aws::{AwsProvider, AwsSettings, EC2NodeClass, TAG_NODE_CLAIM, TAG_NODE_CLASS, TAG_NODE_POOL};
+
+const REGION: &str = "us-east-1";
+const TYPES: [&str; 5] = ["c5.large", "m5.large", "m5.xlarge", "g5.xlarge", "p4d.24xlarge"];
+const MIB: i64 = 1 << 20;
+
+fn endpoint() -> String {
+    std::env::var("TENON_MOTO_ENDPOINT").unwrap_or_else(|_| {
+        panic!(
+            "TENON_MOTO_ENDPOINT is not set: the AWS provider tests need moto's server. Run scripts/test.sh, or \
+             eval \"$(scripts/peers/moto.sh start /tmp/moto)\" first"
+        )
+    })
+}
+
+async fn sdk_config() -> aws_config::SdkConfig {
+    aws_config::defaults(aws_config::BehaviorVersion::latest())
+        .region(aws_config::Region::new(REGION))
+        .endpoint_url(endpoint())
+        .credentials_provider(aws_sdk_ec2::config::Credentials::new("testing", "testing", None, None, "tenon-tests"))
+        .load()
+        .await
+}
+
+static SEQ: AtomicU32 = AtomicU32::new(0);
+
+/// One test's private corner of moto: a VPC with a subnet in us-east-1a and one in us-east-1b, a security
+/// group, a standard and an NVIDIA AMI, and a cluster name.
+struct Env {
+    cluster: String,
+    ec2: aws_sdk_ec2::Client,
+    sqs: aws_sdk_sqs::Client,
+    subnets: Vec<(String, String)>,
+    security_group: String,
+    ami: String,
+    gpu_ami: String,
+}
+
+impl Env {
+    async fn new(test: &str) -> Self {
+        let n = SEQ.fetch_add(1, Ordering::Relaxed);
+        let cluster = format!("{test}-{}-{n}", std::process::id());
+        let conf = sdk_config().await;
+        let ec2 = aws_sdk_ec2::Client::new(&conf);
+        let sqs = aws_sdk_sqs::Client::new(&conf);
+        let tags = |rt: ec2::ResourceType| {
+            ec2::TagSpecification::builder()
+                .resource_type(rt)
+                .tags(ec2::Tag::builder().key("tenon-test").value(&cluster).build())
+                .build()
+        };
+        let vpc = ec2
+            .create_vpc()
+            .cidr_block("10.0.0.0/16")
+            .tag_specifications(tags(ec2::ResourceType::Vpc))
+            .send()
+            .await
+            .unwrap();
+        let vpc_id = vpc.vpc().unwrap().vpc_id().unwrap().to_owned();
+        let mut subnets = Vec::new();
+        for (i, zone) in ["us-east-1a", "us-east-1b"].into_iter().enumerate() {
+            let s = ec2
+                .create_subnet()
+                .vpc_id(&vpc_id)
+                .cidr_block(format!("10.0.{i}.0/24"))
+                .availability_zone(zone)
+                .tag_specifications(tags(ec2::ResourceType::Subnet))
+                .send()
+                .await
+                .unwrap();
+            subnets.push((s.subnet().unwrap().subnet_id().unwrap().to_owned(), zone.to_owned()));
+        }
+        let sg = ec2
+            .create_security_group()
+            .group_name(format!("nodes-{cluster}"))
+            .description("tenon test nodes")
+            .vpc_id(&vpc_id)
+            .tag_specifications(tags(ec2::ResourceType::SecurityGroup))
+            .send()
+            .await
+            .unwrap();
+        let security_group = sg.group_id().unwrap().to_owned();
+        let ami = register_image(&ec2, &format!("tenon-standard-{cluster}"), &cluster).await;
+        let gpu_ami = register_image(&ec2, &format!("tenon-nvidia-{cluster}"), &cluster).await;
+        Self { cluster, ec2, sqs, subnets, security_group, ami, gpu_ami }
+    }
+
+    fn class_name(&self) -> String {
+        format!("class-{}", self.cluster)
+    }
+
+    /// A NodeClass selecting this test's subnets and group by tag, and its AMIs by tag.
+    fn node_class(&self) -> EC2NodeClass {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "karpenter.k8s.aws/v1", "kind": "EC2NodeClass", "metadata": {"name": self.class_name()},
+            "spec": {
+                "amiSelectorTerms": [{"tags": {"tenon-test": self.cluster}}],
+                "subnetSelectorTerms": [{"tags": {"tenon-test": self.cluster}}],
+                "securityGroupSelectorTerms": [{"tags": {"tenon-test": self.cluster}}],
+                "userData": "#!/bin/bash\necho hello",
+                "blockDeviceMappings": [{"deviceName": "/dev/xvda", "rootVolume": true,
+                    "ebs": {"volumeSize": "80Gi", "volumeType": "gp3", "encrypted": true}}],
+                "metadataOptions": {"httpTokens": "required", "httpPutResponseHopLimit": 1},
+                "tags": {"team": "ml"}
+            }
+        }))
+        .unwrap()
+    }
+
+    fn settings(&self) -> AwsSettings {
+        let mut s = AwsSettings::new(&self.cluster);
+        s.region = Some(REGION.into());
+        s.endpoint_url = Some(endpoint());
+        s.instance_type_patterns = TYPES.iter().map(|t| (*t).to_owned()).collect();
+        s
+    }
+
+    async fn provider_with(&self, settings: AwsSettings) -> AwsProvider {
+        let p = AwsProvider::from_sdk_config(settings, &sdk_config().await);
+        p.apply_node_class(self.node_class()).unwrap();
+        p
+    }
+
+    async fn provider(&self) -> AwsProvider {
+        self.provider_with(self.settings()).await
+    }
+
+    fn class_ref(&self) -> NodeClassRef {
+        NodeClassRef { group: "karpenter.k8s.aws".into(), kind: "EC2NodeClass".into(), name: self.class_name() }
+    }
+
+    fn pool(&self) -> NodePool {
+        let mut pool = NodePool::new("default", NodePoolSpec::default());
+        pool.spec.template.spec.node_class_ref = Some(self.class_ref());
+        pool
+    }
+
+    fn claim(&self, name: &str, reqs: Vec<NodeSelectorRequirement>) -> NodeClaim {
+        let mut c = NodeClaim::new(
+            name,
+            NodeClaimSpec { requirements: reqs, node_class_ref: Some(self.class_ref()), ..Default::default() },
+        );
+        c.metadata.uid = Some(format!("uid-{name}-{}", self.cluster));
+        c.metadata.labels = Some([(labels::NODE_POOL.to_owned(), "default".to_owned())].into());
+        c
+    }
+
+    async fn describe(&self, id: &str) -> ec2::Instance {
+        let r = self.ec2.describe_instances().instance_ids(id).send().await.unwrap();
+        r.reservations()[0].instances()[0].clone()
+    }
+
+    async fn fault(&self, path: &str, body: serde_json::Value) {
+        let status = post(&format!("{}{path}", endpoint()), &body.to_string()).await;
+        assert!(status.starts_with("HTTP/1.1 200") || status.starts_with("HTTP/1.0 200"), "{path}: {status}");
+    }
+
+    /// Fault-injected: every override of `instance_type` in this test's subnets fails with `code`.
+    async fn fail_fleet_overrides(&self, instance_type: Option<&str>, zone: Option<&str>, code: &str) {
+        let rules: Vec<serde_json::Value> = self
+            .subnets
+            .iter()
+            .filter(|(_, z)| zone.is_none_or(|want| want == z))
+            .map(|(s, _)| serde_json::json!({"subnet_id": s, "instance_type": instance_type, "code": code}))
+            .collect();
+        self.fault("/_fault/capacity", serde_json::json!({ "rules": rules })).await;
+    }
+
+    async fn clear_faults(&self) {
+        let ids: Vec<&String> = self.subnets.iter().map(|(s, _)| s).collect();
+        self.fault("/_fault/clear", serde_json::json!({ "subnet_ids": ids })).await;
+    }
+}
+
+/// A bundled x86_64 image of moto's (Amazon Linux, HVM) to copy: RegisterImage in moto leaves the
+/// architecture empty, CopyImage keeps the source's.
+const SOURCE_AMI: &str = "ami-760aaa0f";
+
+async fn register_image(ec2: &aws_sdk_ec2::Client, name: &str, cluster: &str) -> String {
+    let copied = ec2.copy_image().source_image_id(SOURCE_AMI).source_region(REGION).name(name).send().await.unwrap();
+    let id = copied.image_id().unwrap().to_owned();
+    ec2.create_tags()
+        .resources(&id)
+        .tags(ec2::Tag::builder().key("tenon-test").value(cluster).build())
+        .send()
+        .await
+        .unwrap();
+    id
+}
+
+/// A minimal HTTP/1.1 POST to the fault switchboard; returns the status line.
+async fn post(url: &str, body: &str) -> String {
+    use std::io::{Read, Write};
+    let url = url.to_owned();
+    let body = body.to_owned();
+    tokio::task::spawn_blocking(move || {
+        let rest = url.strip_prefix("http://").unwrap();
+        let (host, path) = rest.split_at(rest.find('/').unwrap());
+        let mut s = std::net::TcpStream::connect(host).unwrap();
+        write!(
+            s,
+            "POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        )
+        .unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).unwrap();
+        out.lines().next().unwrap_or_default().to_owned()
+    })
+    .await
+    .unwrap()
+}
+
+fn req(key: &str, values: &[&str]) -> NodeSelectorRequirement {
+    NodeSelectorRequirement::new(key, Operator::In, values.iter().copied())
+}
+
+fn with_provider_id(mut claim: NodeClaim, pid: &str) -> NodeClaim {
+    claim.status = Some(NodeClaimStatus { provider_id: Some(pid.to_owned()), ..Default::default() });
+    claim
+}
+
+fn tags(i: &ec2::Instance) -> BTreeMap<String, String> {
+    i.tags().iter().map(|t| (t.key().unwrap().to_owned(), t.value().unwrap_or_default().to_owned())).collect()
+}
+
+// ---------------------------------------------------------------------------------------------------------
+
+struct MotoHarness {
+    env: Env,
+    provider: Arc<AwsProvider>,
+}
+
+#[async_trait]
+impl Harness for MotoHarness {
+    fn provider(&self) -> DynCloudProvider {
+        self.provider.clone()
+    }
+    fn node_class_ref(&self) -> Option<NodeClassRef> {
+        Some(self.env.class_ref())
+    }
+    async fn settle(&self) {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    fn max_polls(&self) -> usize {
+        40
+    }
+    /// Fault-injected: the switchboard fails the offering's overrides with InsufficientInstanceCapacity.
+    async fn make_insufficient(&self, offering: &OfferingKey) -> bool {
+        self.env
+            .fail_fleet_overrides(Some(&offering.instance_type), Some(&offering.zone), "InsufficientInstanceCapacity")
+            .await;
+        true
+    }
+    /// moto: an instance tagged for another cluster, launched with plain RunInstances.
+    async fn create_foreign_instance(&self) -> Option<String> {
+        let (subnet, zone) = self.env.subnets[0].clone();
+        let r = self
+            .env
+            .ec2
+            .run_instances()
+            .image_id(&self.env.ami)
+            .instance_type(ec2::InstanceType::M5Large)
+            .min_count(1)
+            .max_count(1)
+            .subnet_id(subnet)
+            .tag_specifications(
+                ec2::TagSpecification::builder()
+                    .resource_type(ec2::ResourceType::Instance)
+                    .tags(ec2::Tag::builder().key("kubernetes.io/cluster/someone-else").value("owned").build())
+                    .tags(ec2::Tag::builder().key(TAG_NODE_POOL).value("default").build())
+                    .build(),
+            )
+            .send()
+            .await
+            .ok()?;
+        let id = r.instances().first()?.instance_id()?.to_owned();
+        Some(format!("aws:///{zone}/{id}"))
+    }
+}
+
+/// moto (+ fault-injected for the insufficient-capacity check): the core's conformance suite.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_provider_passes_the_conformance_suite() {
+    let env = Env::new("conformance").await;
+    let provider = Arc::new(env.provider().await);
+    let h = MotoHarness { env, provider };
+    conformance::assert_conformance(&h).await;
+    h.env.clear_faults().await;
+}
+
+/// moto: GpuInfo becomes GPU capacity and accelerator labels; allocatable follows the EKS formulas.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gpu_instance_types_are_parsed_with_eks_allocatable() {
+    let env = Env::new("gpus").await;
+    let p = env.provider().await;
+    let types = p.instance_types(&env.pool()).await.unwrap();
+    let by_name: BTreeMap<&str, _> = types.iter().map(|t| (t.name.as_str(), t)).collect();
+    for t in TYPES {
+        assert!(by_name.contains_key(t), "{t} missing from {:?}", by_name.keys());
+    }
+
+    let p4d = by_name["p4d.24xlarge"];
+    assert_eq!(p4d.capacity.get(ResourceName::NVIDIA_GPU), 8);
+    assert_eq!(p4d.labels[catalog::LABEL_GPU_NAME], "a100");
+    assert_eq!(p4d.labels[catalog::LABEL_GPU_COUNT], "8");
+    assert_eq!(p4d.labels[catalog::LABEL_GPU_MANUFACTURER], "nvidia");
+    assert_eq!(p4d.labels[catalog::LABEL_GPU_MEMORY], "40960");
+    assert_eq!(p4d.labels[catalog::LABEL_INSTANCE_FAMILY], "p4d");
+    assert_eq!(p4d.labels[catalog::LABEL_INSTANCE_SIZE], "24xlarge");
+    assert_eq!(p4d.labels[catalog::LABEL_INSTANCE_CPU], "96");
+    assert_eq!(p4d.labels[catalog::LABEL_INSTANCE_MEMORY], "1179648");
+    assert_eq!(p4d.labels[labels::ARCH], "amd64");
+    // 15 interfaces on the default network card × (50 − 1) + 2: EKS's 737.
+    assert_eq!(p4d.capacity.get(ResourceName::PODS), 737);
+    let a = p4d.allocatable();
+    assert_eq!(a.get(ResourceName::CPU), 96_000 - kube_reserved_cpu_millis(96));
+    assert_eq!(kube_reserved_cpu_millis(96), 310);
+    assert_eq!(a.get(ResourceName::MEMORY), (1_179_648 - kube_reserved_memory_mib(737) - 100) * MIB);
+    // p4d is offered in us-east-1a..d; this test's subnets are in 1a and 1b.
+    let zones: std::collections::BTreeSet<&str> = p4d.offerings.iter().map(|o| o.zone.as_str()).collect();
+    assert_eq!(zones, ["us-east-1a", "us-east-1b"].into());
+    let od = p4d.offering("us-east-1a", CapacityType::OnDemand).unwrap();
+    assert_eq!(od.price, 21.957642, "the bundled on-demand table");
+
+    let g5 = by_name["g5.xlarge"];
+    assert_eq!(g5.capacity.get(ResourceName::NVIDIA_GPU), 1);
+    assert_eq!(g5.labels[catalog::LABEL_GPU_NAME], "a10g");
+    assert_eq!(g5.labels[catalog::LABEL_GPU_MEMORY], "22888");
+    let pods = max_pods(4, 15);
+    assert_eq!(pods, 58);
+    let a = g5.allocatable();
+    assert_eq!(a.get(ResourceName::PODS), 58);
+    assert_eq!(a.get(ResourceName::CPU), 4000 - 80);
+    assert_eq!(a.get(ResourceName::MEMORY), (16_384 - 893 - 100) * MIB);
+    // 80Gi root volume from the NodeClass, 1Gi kube-reserved, 10% eviction threshold.
+    assert_eq!(a.get(ResourceName::EPHEMERAL_STORAGE), (80 << 30) - (1 << 30) - (8 << 30));
+    assert!(by_name["m5.large"].capacity.get(ResourceName::NVIDIA_GPU) == 0);
+    assert_eq!(by_name["m5.large"].labels.get(catalog::LABEL_GPU_NAME), None);
+}
+
+/// moto: a CreateFleet launch lands as an instance with the ownership tags, from a launch template that
+/// carries the NodeClass's AMI, groups and user data; a GPU type boots the NVIDIA AMI.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn create_fleet_launches_tagged_instances_from_a_launch_template() {
+    let env = Env::new("launch").await;
+    let p = env.provider().await;
+    let claim = env.claim(
+        "web-1",
+        vec![
+            req(labels::INSTANCE_TYPE, &["m5.large"]),
+            req(labels::CAPACITY_TYPE, &["on-demand"]),
+            req(labels::ZONE, &["us-east-1b"]),
+        ],
+    );
+    let i = p.create(&claim, &LaunchOptions::default()).await.unwrap();
+    assert!(i.provider_id.starts_with("aws:///us-east-1b/i-"), "{}", i.provider_id);
+    assert_eq!((i.instance_type.as_str(), i.capacity_type), ("m5.large", CapacityType::OnDemand));
+    assert_eq!(i.image_id.as_deref(), Some(env.ami.as_str()), "the standard AMI for a CPU type");
+    assert_eq!(i.price, Some(0.096));
+    assert_eq!(i.labels[labels::ZONE], "us-east-1b");
+    let id = i.provider_id.rsplit('/').next().unwrap();
+    let described = env.describe(id).await;
+    let t = tags(&described);
+    assert_eq!(t[&format!("kubernetes.io/cluster/{}", env.cluster)], "owned");
+    assert_eq!(t[TAG_NODE_POOL], "default");
+    assert_eq!(t[TAG_NODE_CLAIM], "web-1");
+    assert_eq!(t[TAG_NODE_CLASS], env.class_name());
+    assert_eq!(t["eks:eks-cluster-name"], env.cluster);
+    assert_eq!(t["team"], "ml");
+    assert_eq!(described.subnet_id(), Some(env.subnets[1].0.as_str()));
+    assert_eq!(described.image_id(), Some(env.ami.as_str()));
+
+    // The launch template: named for the cluster, with the NodeClass's settings.
+    let lts = env
+        .ec2
+        .describe_launch_templates()
+        .filters(
+            ec2::Filter::builder().name(format!("tag:kubernetes.io/cluster/{}", env.cluster)).values("owned").build(),
+        )
+        .send()
+        .await
+        .unwrap();
+    let lt = &lts.launch_templates()[0];
+    assert!(lt.launch_template_name().unwrap().starts_with(&format!("tenon/{}/", env.cluster)));
+    let v = env
+        .ec2
+        .describe_launch_template_versions()
+        .launch_template_id(lt.launch_template_id().unwrap())
+        .send()
+        .await
+        .unwrap();
+    let data = v.launch_template_versions()[0].launch_template_data().unwrap();
+    assert_eq!(data.image_id(), Some(env.ami.as_str()));
+    assert_eq!(data.security_group_ids(), std::slice::from_ref(&env.security_group));
+    let user_data = aws_smithy_types::base64::decode(data.user_data().unwrap()).unwrap();
+    assert_eq!(String::from_utf8(user_data).unwrap(), "#!/bin/bash\necho hello");
+
+    // A second create for the same claim finds the instance instead of launching another.
+    let again = p.create(&claim, &LaunchOptions::default()).await.unwrap();
+    assert_eq!(again.provider_id, i.provider_id);
+
+    // A GPU type boots the NVIDIA AMI; spot when the claim allows it.
+    let gpu = env.claim("gpu-1", vec![req(labels::INSTANCE_TYPE, &["g5.xlarge"])]);
+    let g = p.create(&gpu, &LaunchOptions::default()).await.unwrap();
+    assert_eq!((g.instance_type.as_str(), g.capacity_type), ("g5.xlarge", CapacityType::Spot));
+    assert_eq!(g.image_id.as_deref(), Some(env.gpu_ami.as_str()));
+    assert_eq!(g.capacity.get(ResourceName::NVIDIA_GPU), 1);
+    let got = p.get(&g.provider_id).await.unwrap();
+    assert_eq!(got.capacity_type, CapacityType::Spot, "the instance lifecycle is read back");
+    assert_eq!(got.node_claim.as_deref(), Some("gpu-1"));
+    // Unavailable offerings in the launch options are avoided.
+    let opts = LaunchOptions {
+        unavailable: vec![
+            OfferingKey::new("g5.xlarge", "us-east-1a", CapacityType::Spot),
+            OfferingKey::new("g5.xlarge", "us-east-1b", CapacityType::Spot),
+        ],
+        ignore_unavailable: vec![],
+    };
+    let od = p.create(&env.claim("gpu-2", vec![req(labels::INSTANCE_TYPE, &["g5.xlarge"])]), &opts).await.unwrap();
+    assert_eq!(od.capacity_type, CapacityType::OnDemand);
+    for (c, pid) in [(claim, i.provider_id), (gpu, g.provider_id)] {
+        p.delete(&with_provider_id(c, &pid)).await.unwrap();
+    }
+}
+
+/// moto: list and get see only this cluster's instances; delete terminates, then answers NotFound;
+/// another cluster's instance is never listed, read or deleted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_get_delete_stay_inside_the_cluster() {
+    let env = Env::new("ownership").await;
+    let p = Arc::new(env.provider().await);
+    let h = MotoHarness { env, provider: p.clone() };
+    let env = &h.env;
+    let foreign = h.create_foreign_instance().await.unwrap();
+    // A second provider for another cluster in the same VPC.
+    let mut other_settings = env.settings();
+    other_settings.cluster_name = format!("{}-other", env.cluster);
+    let other = env.provider_with(other_settings).await;
+    let theirs = other
+        .create(&env.claim("theirs", vec![req(labels::INSTANCE_TYPE, &["c5.large"])]), &LaunchOptions::default())
+        .await
+        .unwrap();
+    let claim = env.claim("ours", vec![req(labels::INSTANCE_TYPE, &["c5.large"])]);
+    let ours = p.create(&claim, &LaunchOptions::default()).await.unwrap();
+
+    let listed: Vec<String> = p.list().await.unwrap().into_iter().map(|i| i.provider_id).collect();
+    assert_eq!(listed, std::slice::from_ref(&ours.provider_id));
+    let theirs_listed: Vec<String> = other.list().await.unwrap().into_iter().map(|i| i.provider_id).collect();
+    assert_eq!(theirs_listed, std::slice::from_ref(&theirs.provider_id));
+    for pid in [&foreign, &theirs.provider_id] {
+        assert!(p.get(pid).await.unwrap_err().is_not_found(), "{pid}");
+        let stolen = with_provider_id(env.claim("stolen", vec![]), pid);
+        assert!(p.delete(&stolen).await.unwrap_err().is_not_found(), "{pid}");
+    }
+    let theirs_id = theirs.provider_id.rsplit('/').next().unwrap();
+    assert_eq!(env.describe(theirs_id).await.state().unwrap().name(), Some(&ec2::InstanceStateName::Running));
+
+    let got = p.get(&ours.provider_id).await.unwrap();
+    assert_eq!(got.node_pool.as_deref(), Some("default"));
+    assert_eq!(got.node_claim.as_deref(), Some("ours"));
+    assert_eq!(got.allocatable, ours.allocatable);
+    let claim = with_provider_id(claim, &ours.provider_id);
+    p.delete(&claim).await.unwrap();
+    assert!(p.delete(&claim).await.unwrap_err().is_not_found());
+    assert!(p.get(&ours.provider_id).await.unwrap_err().is_not_found());
+    assert!(p.list().await.unwrap().is_empty());
+    assert!(p.get("aws:///us-east-1a/i-0123456789abcdef0").await.unwrap_err().is_not_found());
+    assert!(p.get("gce://x/y").await.unwrap_err().is_not_found());
+    other.delete(&with_provider_id(env.claim("theirs", vec![]), &theirs.provider_id)).await.unwrap();
+}
+
+/// moto: a NodeClass whose terms resolve to nothing, or that is unknown, answers NodeClassNotReady.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unresolvable_node_class_is_not_ready() {
+    let env = Env::new("notready").await;
+    let p = env.provider().await;
+    let mut nc = env.node_class();
+    nc.spec.subnet_selector_terms[0].tags = [("tenon-test".to_owned(), "nobody".to_owned())].into();
+    p.apply_node_class(nc).unwrap();
+    let claim = env.claim("c", vec![req(labels::INSTANCE_TYPE, &["m5.large"])]);
+    let err = p.create(&claim, &LaunchOptions::default()).await.unwrap_err();
+    assert!(matches!(err, CloudError::NodeClassNotReady(ref m) if m.contains("subnetSelectorTerms")), "{err}");
+    let mut claim = claim;
+    claim.spec.node_class_ref.as_mut().unwrap().name = "missing".into();
+    let err = p.create(&claim, &LaunchOptions::default()).await.unwrap_err();
+    assert!(matches!(err, CloudError::NodeClassNotReady(ref m) if m.contains("missing")), "{err}");
+    // Restored, it resolves: subnets, the group and both AMIs land in the status.
+    p.apply_node_class(env.node_class()).unwrap();
+    let (_, status) = p.resolve_node_class(&env.class_name()).await.unwrap();
+    assert_eq!(status.subnets.len(), 2);
+    assert_eq!(status.security_groups[0].id, env.security_group);
+    let gpu_ami = status.amis.iter().find(|a| a.id == env.gpu_ami).unwrap();
+    assert!(gpu_ami.nvidia, "named nvidia");
+}
+
+/// moto: an `alias` term finds the EKS-named image of its version (the owner is configurable: here
+/// the test account's own images stand in for Amazon's).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_alias_resolves_to_the_eks_image_of_its_version() {
+    let env = Env::new("alias").await;
+    // Image names are account-wide: the version is unique to this run.
+    let version = format!("v{}{:04}", std::process::id(), SEQ.fetch_add(1, Ordering::Relaxed));
+    let standard =
+        register_image(&env.ec2, &format!("amazon-eks-node-al2023-x86_64-standard-1.33-{version}"), &env.cluster).await;
+    let nvidia =
+        register_image(&env.ec2, &format!("amazon-eks-node-al2023-x86_64-nvidia-1.33-{version}"), &env.cluster).await;
+    let mut settings = env.settings();
+    settings.ami_alias_owner = "self".into();
+    settings.kubernetes_version = Some("1.33".into());
+    let p = env.provider_with(settings).await;
+    let mut nc = env.node_class();
+    nc.spec.ami_selector_terms =
+        vec![serde_json::from_value(serde_json::json!({"alias": format!("al2023@{version}")})).unwrap()];
+    p.apply_node_class(nc).unwrap();
+    let (_, status) = p.resolve_node_class(&env.class_name()).await.unwrap();
+    let ids: std::collections::BTreeSet<&str> = status.amis.iter().map(|a| a.id.as_str()).collect();
+    assert_eq!(ids, [standard.as_str(), nvidia.as_str()].into());
+    assert!(status.amis.iter().any(|a| a.id == nvidia && a.nvidia));
+}
+
+/// moto: drift by NodeClass hash, AMI and subnet.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn drift_follows_the_node_class() {
+    let env = Env::new("drift").await;
+    let p = env.provider().await;
+    let claim = env.claim(
+        "d",
+        vec![
+            req(labels::INSTANCE_TYPE, &["m5.large"]),
+            req(labels::ZONE, &["us-east-1a"]),
+            req(labels::CAPACITY_TYPE, &["on-demand"]),
+        ],
+    );
+    let i = p.create(&claim, &LaunchOptions::default()).await.unwrap();
+    let mut claim = with_provider_id(claim, &i.provider_id);
+    claim.status.as_mut().unwrap().image_id = i.image_id.clone();
+    assert_eq!(p.is_drifted(&claim).await.unwrap(), None);
+
+    let mut nc = env.node_class();
+    nc.spec.user_data = Some("#!/bin/bash\necho changed".into());
+    p.apply_node_class(nc).unwrap();
+    assert_eq!(p.is_drifted(&claim).await.unwrap().unwrap().0, "NodeClassDrift");
+
+    let mut nc = env.node_class();
+    nc.spec.ami_selector_terms = vec![serde_json::from_value(serde_json::json!({"id": env.gpu_ami})).unwrap()];
+    p.apply_node_class(nc).unwrap();
+    assert_eq!(p.is_drifted(&claim).await.unwrap().unwrap().0, "AMIDrift");
+
+    let mut nc = env.node_class();
+    nc.spec.subnet_selector_terms = vec![serde_json::from_value(serde_json::json!({"id": env.subnets[1].0})).unwrap()];
+    p.apply_node_class(nc).unwrap();
+    assert_eq!(p.is_drifted(&claim).await.unwrap().unwrap().0, "SubnetDrift");
+    p.delete(&claim).await.unwrap();
+}
+
+/// Fault-injected: a fleet that launches in one override while another fails reports the failed
+/// offering to the shared unavailable-offerings cache; a fleet where every override fails answers
+/// InsufficientCapacity naming them; a vCPU quota error blocks its quota bucket.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fleet_errors_mark_offerings_unavailable() {
+    let env = Env::new("ice").await;
+    let cache = Arc::new(UnavailableOfferings::new());
+    let clock = VirtualClock::at_epoch();
+    let p = env.provider().await.with_clock(clock.clone()).with_unavailable_offerings(cache.clone());
+    env.fail_fleet_overrides(Some("c5.large"), Some("us-east-1a"), "InsufficientInstanceCapacity").await;
+    let claim = env
+        .claim("partial", vec![req(labels::INSTANCE_TYPE, &["c5.large"]), req(labels::CAPACITY_TYPE, &["on-demand"])]);
+    let i = p.create(&claim, &LaunchOptions::default()).await.unwrap();
+    assert_eq!(i.zone, "us-east-1b", "the other zone's override launched");
+    let failed = OfferingKey::new("c5.large", "us-east-1a", CapacityType::OnDemand);
+    let now = tenon_core::clock::Clock::now(&*clock);
+    assert!(cache.is_unavailable("aws", &failed, now));
+    assert!(!cache.is_unavailable("aws", &failed, tenon_core::clock::add(now, Duration::from_secs(180))), "3 minutes");
+    p.delete(&with_provider_id(claim, &i.provider_id)).await.unwrap();
+
+    // Every override fails: InsufficientCapacity naming each failed offering.
+    env.fail_fleet_overrides(Some("c5.large"), Some("us-east-1b"), "InsufficientInstanceCapacity").await;
+    let claim =
+        env.claim("none", vec![req(labels::INSTANCE_TYPE, &["c5.large"]), req(labels::CAPACITY_TYPE, &["on-demand"])]);
+    match p.create(&claim, &LaunchOptions::default()).await {
+        Err(CloudError::InsufficientCapacity { offerings, .. }) => {
+            assert_eq!(offerings.len(), 2, "{offerings:?}");
+            assert!(offerings.contains(&failed));
+        }
+        other => panic!("expected InsufficientCapacity, got {other:?}"),
+    }
+
+    // A vCPU quota error on a G type blocks the G quota bucket for on-demand, not the standard one.
+    env.fail_fleet_overrides(Some("g5.xlarge"), None, "VcpuLimitExceeded").await;
+    let claim = env
+        .claim("quota", vec![req(labels::INSTANCE_TYPE, &["g5.xlarge"]), req(labels::CAPACITY_TYPE, &["on-demand"])]);
+    assert!(matches!(p.create(&claim, &LaunchOptions::default()).await, Err(CloudError::InsufficientCapacity { .. })));
+    let types = p.instance_types(&env.pool()).await.unwrap();
+    let g5 = types.iter().find(|t| t.name == "g5.xlarge").unwrap();
+    assert!(g5.offerings.iter().filter(|o| o.capacity_type == CapacityType::OnDemand).all(|o| !o.available));
+    assert!(g5.offerings.iter().filter(|o| o.capacity_type == CapacityType::Spot).all(|o| o.available));
+    let m5 = types.iter().find(|t| t.name == "m5.large").unwrap();
+    assert!(m5.offerings.iter().all(|o| o.available));
+    clock.advance(Duration::from_secs(181));
+    let types = p.instance_types(&env.pool()).await.unwrap();
+    let g5 = types.iter().find(|t| t.name == "g5.xlarge").unwrap();
+    assert!(g5.offerings.iter().all(|o| o.available), "the quota block expires with the TTL");
+
+    // Some other error is a create error, not a capacity one.
+    env.clear_faults().await;
+    env.fail_fleet_overrides(Some("m5.xlarge"), None, "InvalidParameterValue").await;
+    let claim = env
+        .claim("broken", vec![req(labels::INSTANCE_TYPE, &["m5.xlarge"]), req(labels::CAPACITY_TYPE, &["on-demand"])]);
+    assert!(
+        matches!(p.create(&claim, &LaunchOptions::default()).await, Err(CloudError::Create { ref reason, .. }) if reason == "InvalidParameterValue")
+    );
+    env.clear_faults().await;
+}
+
+/// Fault-injected: real-looking spot prices (moto answers 0.00001 for all) price the spot offerings per
+/// zone, and the cheapest zone's override is offered first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spot_prices_come_from_the_spot_price_history() {
+    let env = Env::new("spot").await;
+    // p4d.24xlarge is used by no other launching test: its prices cannot disturb them.
+    env.fault(
+        "/_fault/spot-prices",
+        serde_json::json!({"prices": {"p4d.24xlarge": {"us-east-1a": 9.8311, "us-east-1b": 8.1204}}}),
+    )
+    .await;
+    let p = env.provider().await;
+    let types = p.instance_types(&env.pool()).await.unwrap();
+    let p4d = types.iter().find(|t| t.name == "p4d.24xlarge").unwrap();
+    assert_eq!(p4d.offering("us-east-1a", CapacityType::Spot).unwrap().price, 9.8311);
+    assert_eq!(p4d.offering("us-east-1b", CapacityType::Spot).unwrap().price, 8.1204);
+    let i = p
+        .create(&env.claim("train", vec![req(labels::INSTANCE_TYPE, &["p4d.24xlarge"])]), &LaunchOptions::default())
+        .await
+        .unwrap();
+    assert_eq!((i.zone.as_str(), i.capacity_type, i.price), ("us-east-1b", CapacityType::Spot, Some(8.1204)));
+    // moto's own price for types the switchboard leaves alone.
+    let m5 = types.iter().find(|t| t.name == "m5.large").unwrap();
+    assert_eq!(m5.offering("us-east-1a", CapacityType::Spot).unwrap().price, 0.00001);
+    p.delete(&with_provider_id(env.claim("train", vec![]), &i.provider_id)).await.unwrap();
+}
+
+async fn create_queue(env: &Env) -> String {
+    env.sqs
+        .create_queue()
+        .queue_name(format!("interruptions-{}", env.cluster))
+        .send()
+        .await
+        .unwrap()
+        .queue_url()
+        .unwrap()
+        .to_owned()
+}
+
+async fn send(env: &Env, queue: &str, body: serde_json::Value) {
+    env.sqs.send_message().queue_url(queue).message_body(body.to_string()).send().await.unwrap();
+}
+
+fn event(detail_type: &str, source: &str, detail: serde_json::Value) -> serde_json::Value {
+    serde_json::json!({"version": "0", "id": "7bf73129-1428-4cd3-a780-95db273d1602", "detail-type": detail_type,
+        "source": source, "account": "123456789012", "time": "2026-01-01T00:00:00Z", "region": REGION,
+        "resources": [], "detail": detail})
+}
+
+/// moto (SQS): EventBridge-shaped messages become interruption notices for this cluster's instances;
+/// unreadable messages and other clusters' instances are dropped; every message is deleted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn interruption_messages_are_parsed_and_deleted() {
+    let env = Env::new("sqs").await;
+    let queue = create_queue(&env).await;
+    let mut settings = env.settings();
+    settings.interruption_queue = Some(format!("interruptions-{}", env.cluster));
+    let p = Arc::new(env.provider_with(settings).await);
+    let i = p
+        .create(&env.claim("n", vec![req(labels::INSTANCE_TYPE, &["m5.large"])]), &LaunchOptions::default())
+        .await
+        .unwrap();
+    let id = i.provider_id.rsplit('/').next().unwrap().to_owned();
+    let h = MotoHarness { env, provider: p.clone() };
+    let foreign = h.create_foreign_instance().await.unwrap();
+    let foreign_id = foreign.rsplit('/').next().unwrap();
+    let env = &h.env;
+    send(
+        env,
+        &queue,
+        event("EC2 Instance Rebalance Recommendation", "aws.ec2", serde_json::json!({"instance-id": id})),
+    )
+    .await;
+    env.sqs.send_message().queue_url(&queue).message_body("not an event").send().await.unwrap();
+    send(
+        env,
+        &queue,
+        event(
+            "EC2 Instance State-change Notification",
+            "aws.ec2",
+            serde_json::json!({"instance-id": id, "state": "stopping"}),
+        ),
+    )
+    .await;
+    send(
+        env,
+        &queue,
+        event(
+            "AWS Health Event",
+            "aws.health",
+            serde_json::json!({"service": "EC2", "eventTypeCategory": "scheduledChange",
+            "affectedEntities": [{"entityValue": id}]}),
+        ),
+    )
+    .await;
+    send(
+        env,
+        &queue,
+        event(
+            "EC2 Spot Instance Interruption Warning",
+            "aws.ec2",
+            serde_json::json!({"instance-id": foreign_id, "instance-action": "terminate"}),
+        ),
+    )
+    .await;
+    // An instance EC2 no longer knows: dropped, without losing the others.
+    send(
+        env,
+        &queue,
+        event(
+            "EC2 Spot Instance Interruption Warning",
+            "aws.ec2",
+            serde_json::json!({"instance-id": "i-0123456789abcdef0", "instance-action": "terminate"}),
+        ),
+    )
+    .await;
+    let mut got = p.interruptions().await.unwrap();
+    got.sort_by_key(|i| format!("{:?}", i.kind));
+    let kinds: Vec<InterruptionKind> = got.iter().map(|i| i.kind).collect();
+    assert_eq!(kinds, [InterruptionKind::Rebalance, InterruptionKind::ScheduledChange, InterruptionKind::Stopping]);
+    assert!(got.iter().all(|n| n.provider_id == i.provider_id));
+    assert!(p.interruptions().await.unwrap().is_empty(), "every message was deleted, the unreadable one too");
+    let left = env
+        .sqs
+        .get_queue_attributes()
+        .queue_url(&queue)
+        .attribute_names(aws_sdk_sqs::types::QueueAttributeName::ApproximateNumberOfMessages)
+        .send()
+        .await
+        .unwrap();
+    let n = left.attributes().unwrap()[&aws_sdk_sqs::types::QueueAttributeName::ApproximateNumberOfMessages].clone();
+    assert_eq!(n, "0");
+}
+
+/// moto (EC2 + SQS) driving the core's controllers in virtual time: a pod gets a spot node; a spot
+/// interruption warning on the queue deletes its claim, terminates the instance, marks the offering
+/// unavailable, and the pod gets a replacement node elsewhere.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spot_interruption_from_sqs_replaces_the_node_in_virtual_time() {
+    use tenon_core::sim::{Sim, pod};
+    let env = Env::new("replace").await;
+    let queue = create_queue(&env).await;
+    let mut settings = env.settings();
+    settings.interruption_queue = Some(queue.clone());
+    let clock = VirtualClock::at_epoch();
+    let provider = Arc::new(env.provider_with(settings).await.with_clock(clock.clone()));
+    let mut pool = env.pool();
+    pool.spec.template.spec.requirements = vec![req(labels::INSTANCE_TYPE, &["m5.large", "m5.xlarge"])];
+    let mut sim = Sim::new(clock, provider.clone(), vec![pool], Default::default());
+    provider.set_unavailable_offerings(sim.unavailable.clone());
+    sim.add_pod(pod("job", "1", 0));
+    sim.run(Duration::from_secs(180), Duration::from_secs(10)).await;
+    assert!(sim.pending().is_empty(), "the pod is bound: {:?}", sim.pending());
+    let first = sim.live_claims()[0].clone();
+    let pid = first.provider_id().unwrap().to_owned();
+    assert_eq!(first.label(labels::CAPACITY_TYPE), Some("spot"));
+    let zone = first.label(labels::ZONE).unwrap().to_owned();
+    let itype = first.label(labels::INSTANCE_TYPE).unwrap().to_owned();
+    let id = pid.rsplit('/').next().unwrap().to_owned();
+
+    send(
+        &env,
+        &queue,
+        event(
+            "EC2 Spot Instance Interruption Warning",
+            "aws.ec2",
+            serde_json::json!({"instance-id": id, "instance-action": "terminate"}),
+        ),
+    )
+    .await;
+    sim.run(Duration::from_secs(300), Duration::from_secs(10)).await;
+
+    assert_eq!(sim.lifecycle.counters.interruptions, 1);
+    assert!(!sim.cluster.claims.contains_key(first.name()), "the interrupted claim is gone");
+    let state = env.describe(&id).await.state().unwrap().name().cloned();
+    assert_eq!(state, Some(ec2::InstanceStateName::Terminated));
+    let live = sim.live_claims();
+    assert_eq!(live.len(), 1, "one replacement");
+    let replacement = live[0];
+    assert_ne!(replacement.provider_id(), Some(pid.as_str()));
+    let same_offering = replacement.label(labels::INSTANCE_TYPE) == Some(itype.as_str())
+        && replacement.label(labels::ZONE) == Some(zone.as_str())
+        && replacement.label(labels::CAPACITY_TYPE) == Some("spot");
+    assert!(!same_offering, "the interrupted offering is avoided");
+    assert!(sim.pending().is_empty(), "the pod runs again: {:?}", sim.pending());
+    let listed = provider.list().await.unwrap();
+    assert_eq!(listed.len(), 1);
+    for c in sim.live_claims() {
+        provider.delete(c).await.unwrap();
+    }
+}

@@ -1,0 +1,176 @@
+"""moto's server with a fault-injection switchboard for tenon's AWS tests.
+
+Everything is moto's own behaviour except what a test asks for through `/_fault/...`:
+
+  POST /_fault/capacity   {"rules": [{"subnet_id": "subnet-1", "instance_type": "c5.large", "code": "InsufficientInstanceCapacity"}]}
+      CreateFleet (type instant) skips the overrides matching a rule (same subnet, same type; an omitted
+      instance_type matches every type) and reports each in the response's Errors[] with the rule's code,
+      as EC2 does on HTTP 200. When no override is left, the fleet launches nothing.
+  POST /_fault/spot-prices {"prices": {"g5.xlarge": {"us-east-1a": 0.4589}}}
+      DescribeSpotPriceHistory answers these prices for those (type, zone) rows (moto's own are 0.00001).
+  POST /_fault/clear      {"subnet_ids": ["subnet-1"]}   removes the capacity rules of those subnets;
+                          {} removes every rule and price.
+
+Rules are scoped by subnet so that tests running in parallel, each in its own VPC, never see each
+other's faults.
+
+usage: python moto_faults.py HOST PORT
+"""
+import json
+import sys
+import threading
+
+from werkzeug.serving import run_simple
+from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
+from moto.ec2.models.fleets import Fleet
+from moto.ec2.responses.fleets import Fleets
+from moto.ec2.responses.spot_instances import SpotInstances
+
+LOCK = threading.Lock()
+CAPACITY_RULES = []  # dicts: subnet_id, instance_type (optional), code
+SPOT_PRICES = {}  # instance type -> zone -> price
+CURRENT = threading.local()  # errors collected while one CreateFleet runs
+
+
+def _rule_for(spec):
+    with LOCK:
+        for rule in CAPACITY_RULES:
+            if rule.get("subnet_id") != spec.subnet_id:
+                continue
+            if rule.get("instance_type") not in (None, spec.instance_type):
+                continue
+            return rule
+    return None
+
+
+def _zone_of(fleet, spec):
+    if not spec.subnet_id:
+        return None
+    return fleet.ec2_backend.get_subnet(spec.subnet_id).availability_zone
+
+
+_original_counts = Fleet.get_launch_spec_counts
+
+
+def _counts_without_faulted_specs(self, weight_to_add):
+    errors = getattr(CURRENT, "errors", None)
+    if errors is None:
+        return _original_counts(self, weight_to_add)
+    kept = []
+    for spec in self.launch_specs:
+        rule = _rule_for(spec)
+        if rule is None:
+            kept.append(spec)
+            continue
+        overrides = dict(spec.overrides or {})
+        overrides.setdefault("InstanceType", spec.instance_type)
+        overrides.setdefault("SubnetId", spec.subnet_id)
+        zone = _zone_of(self, spec)
+        if zone:
+            overrides.setdefault("AvailabilityZone", zone)
+        errors.append({
+            "LaunchTemplateAndOverrides": {
+                "LaunchTemplateSpecification": spec.launch_template_spec,
+                "Overrides": overrides,
+            },
+            "Lifecycle": getattr(CURRENT, "lifecycle", "on-demand"),
+            "ErrorCode": rule.get("code", "InsufficientInstanceCapacity"),
+            "ErrorMessage": f"{rule.get('code', 'InsufficientInstanceCapacity')} for {spec.instance_type} in {zone} (injected by moto_faults.py)",
+        })
+    if not kept:
+        return {}, 0.0
+    all_specs = self.launch_specs
+    self.launch_specs = kept
+    try:
+        return _original_counts(self, weight_to_add)
+    finally:
+        self.launch_specs = all_specs
+
+
+Fleet.get_launch_spec_counts = _counts_without_faulted_specs
+
+
+def _with_lifecycle(method, lifecycle):
+    def wrapped(self, weight_to_add):
+        CURRENT.lifecycle = lifecycle
+        return method(self, weight_to_add)
+    return wrapped
+
+
+Fleet.create_spot_requests = _with_lifecycle(Fleet.create_spot_requests, "spot")
+Fleet.create_on_demand_requests = _with_lifecycle(Fleet.create_on_demand_requests, "on-demand")
+
+_original_create_fleet = Fleets.create_fleet
+
+
+def _create_fleet_reporting_errors(self):
+    CURRENT.errors = []
+    try:
+        result = _original_create_fleet(self)
+        if CURRENT.errors and isinstance(result.result, dict):
+            result.result["Errors"] = list(CURRENT.errors)
+            result.result.setdefault("Instances", [])
+        return result
+    finally:
+        CURRENT.errors = None
+
+
+Fleets.create_fleet = _create_fleet_reporting_errors
+
+_original_spot_history = SpotInstances.describe_spot_price_history
+
+
+def _spot_history_with_prices(self):
+    result = _original_spot_history(self)
+    with LOCK:
+        prices = {t: dict(z) for t, z in SPOT_PRICES.items()}
+    if prices and isinstance(result.result, dict):
+        for row in result.result.get("SpotPriceHistory", []):
+            price = prices.get(row["InstanceType"], {}).get(row["AvailabilityZone"])
+            if price is not None:
+                row["SpotPrice"] = f"{price:.6f}"
+    return result
+
+
+SpotInstances.describe_spot_price_history = _spot_history_with_prices
+
+MOTO = DomainDispatcherApplication(create_backend_app)
+
+
+def _fault(environ, start_response):
+    length = int(environ.get("CONTENT_LENGTH") or 0)
+    try:
+        body = json.loads(environ["wsgi.input"].read(length) or b"{}")
+    except ValueError as e:
+        start_response("400 Bad Request", [("Content-Type", "text/plain")])
+        return [f"bad JSON: {e}".encode()]
+    path = environ.get("PATH_INFO", "")
+    with LOCK:
+        if path == "/_fault/capacity":
+            CAPACITY_RULES.extend(body.get("rules", []))
+        elif path == "/_fault/spot-prices":
+            for itype, zones in body.get("prices", {}).items():
+                SPOT_PRICES.setdefault(itype, {}).update(zones)
+        elif path == "/_fault/clear":
+            subnets = body.get("subnet_ids")
+            if subnets is None:
+                CAPACITY_RULES.clear()
+                SPOT_PRICES.clear()
+            else:
+                CAPACITY_RULES[:] = [r for r in CAPACITY_RULES if r.get("subnet_id") not in subnets]
+        else:
+            start_response("404 Not Found", [("Content-Type", "text/plain")])
+            return [b"unknown fault endpoint"]
+        state = {"capacity_rules": len(CAPACITY_RULES), "spot_prices": sum(len(z) for z in SPOT_PRICES.values())}
+    start_response("200 OK", [("Content-Type", "application/json")])
+    return [json.dumps(state).encode()]
+
+
+def app(environ, start_response):
+    if environ.get("PATH_INFO", "").startswith("/_fault/"):
+        return _fault(environ, start_response)
+    return MOTO(environ, start_response)
+
+
+if __name__ == "__main__":
+    run_simple(sys.argv[1], int(sys.argv[2]), app, threaded=True)
