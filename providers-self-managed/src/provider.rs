@@ -1,0 +1,1043 @@
+//! [`SelfManagedProvider`]: the inventory's state machine behind tenon's [`CloudProvider`] trait.
+//!
+//! Each machine is `Free`, held by one claim (`Launching` → `Running` → `Stopping`), or `Quarantined`.
+//! Calls never wait for a machine: `create` claims a machine and sends one power action, and later `get`,
+//! `list` and `delete` calls read the BMC's power state and move the machine on, measuring every deadline
+//! (boot budget, graceful → forced power-off) on tenon's clock.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use jiff::Timestamp;
+use tenon_core::api::{NodeClaim, NodeClassRef, NodePool, NodeSelectorRequirement, labels};
+use tenon_core::clock::{self, SharedClock, SystemClock};
+use tenon_core::cloud::{
+    CapacityType, CloudError, CloudProvider, DriftReason, DynCloudProvider, Instance, InstanceState, InstanceType,
+    LaunchOptions, Lease, NodeClassKind, OfferingKey, ProviderDescriptor, RepairPolicy, default_repair_policies,
+};
+use tenon_core::resources::Resources;
+
+use crate::bmc::{Bmc, BmcError, BmcErrorKind, BmcTarget, PowerState, ResetType};
+use crate::inventory::{
+    self, GPU_COUNT_LABEL, GPU_MODEL_LABEL, GROUP, InventoryError, KIND, Machine, Policy, SelfManagedNodeClass,
+};
+
+/// The provider's name.
+pub const PROVIDER_NAME: &str = "self-managed";
+/// The scheme of the provider ids of owned machines: `self-managed://<node class>/<machine>`.
+pub const PROVIDER_ID_SCHEME: &str = "self-managed://";
+
+/// The lease reason of a burst node.
+pub const BURST_LEASE_REASON: &str = "owned fleet full";
+
+/// A machine's phase, as [`SelfManagedProvider::machines`] reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MachinePhase {
+    /// Off and in the pool.
+    Free,
+    /// Powering on for a claim.
+    Launching,
+    /// On, serving a claim.
+    Running,
+    /// Powering off after its claim was deleted.
+    Stopping,
+    /// Out of the pool until an operator releases it.
+    Quarantined {
+        /// Why.
+        reason: String,
+    },
+}
+
+/// One machine's state, for operators and tests.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MachineStatus {
+    /// The NodeClass.
+    pub node_class: String,
+    /// The machine.
+    pub name: String,
+    /// The topology domain.
+    pub domain: String,
+    /// The phase.
+    pub phase: MachinePhase,
+    /// The claim holding it, if any.
+    pub claim: Option<String>,
+    /// Failures counted against it.
+    pub failures: u32,
+    /// The provider id it has while held.
+    pub provider_id: String,
+}
+
+/// Basic-auth credentials for BMCs, by the name machines refer to them with.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Credentials {
+    /// The user name.
+    pub username: String,
+    /// The password.
+    pub password: String,
+}
+
+impl std::fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Credentials").field("username", &self.username).field("password", &"<redacted>").finish()
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Power {
+    /// A power-on (or restart) was requested at this time.
+    Starting {
+        requested_at: Timestamp,
+    },
+    Running,
+    Stopping {
+        since: Timestamp,
+        starting_since: Option<Timestamp>,
+        off_sent: Option<Timestamp>,
+        forced: Option<Timestamp>,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq)]
+struct Hold {
+    uid: String,
+    claim: String,
+    node_pool: Option<String>,
+    launched_at: Timestamp,
+    power: Power,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+enum Phase {
+    Free,
+    Held(Hold),
+    Quarantined(String),
+}
+
+#[derive(Debug)]
+struct Slot {
+    machine: Machine,
+    phase: Phase,
+    failures: u32,
+    quarantine_on_release: bool,
+}
+
+#[derive(Debug, Clone)]
+struct BurstHold {
+    uid: String,
+    node_class: String,
+    lease: Lease,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    slots: Vec<Slot>,
+    burst: HashMap<String, BurstHold>,
+}
+
+/// Builds a [`SelfManagedProvider`].
+#[derive(Debug)]
+pub struct SelfManagedProviderBuilder {
+    classes: Vec<SelfManagedNodeClass>,
+    credentials: HashMap<String, Credentials>,
+    bmc: Option<Arc<dyn Bmc>>,
+    clock: SharedClock,
+    burst: Option<DynCloudProvider>,
+}
+
+impl SelfManagedProviderBuilder {
+    /// Adds a NodeClass and its machines.
+    pub fn node_class(mut self, class: SelfManagedNodeClass) -> Self {
+        self.classes.push(class);
+        self
+    }
+
+    /// Adds BMC credentials under `name` (a machine's `bmc.credentialsRef`).
+    pub fn credentials(mut self, name: &str, username: &str, password: &str) -> Self {
+        self.credentials
+            .insert(name.to_owned(), Credentials { username: username.to_owned(), password: password.to_owned() });
+        self
+    }
+
+    /// The BMC client (default: none, which [`SelfManagedProviderBuilder::build`] rejects).
+    pub fn bmc(mut self, bmc: Arc<dyn Bmc>) -> Self {
+        self.bmc = Some(bmc);
+        self
+    }
+
+    /// The clock deadlines are measured on (default the system clock).
+    pub fn clock(mut self, clock: SharedClock) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// The cloud provider that serves the NodeClasses' `burst.nodeClassRef`.
+    pub fn burst(mut self, provider: DynCloudProvider) -> Self {
+        self.burst = Some(provider);
+        self
+    }
+
+    /// Validates the inventory and builds the provider.
+    pub fn build(self) -> Result<SelfManagedProvider, InventoryError> {
+        let err =
+            |object: String, field: &str, message: String| InventoryError { object, field: field.to_owned(), message };
+        let Some(bmc) = self.bmc else {
+            return Err(err(KIND.into(), "", "the provider needs a BMC client".into()));
+        };
+        let mut policies = BTreeMap::new();
+        let mut slots: Vec<Slot> = Vec::new();
+        for class in &self.classes {
+            let object = format!("{KIND}/{}", class.class_name());
+            let machines = class.resolve()?;
+            let policy = class.policy();
+            if let Some((r, _)) = &policy.burst {
+                let served = self.burst.as_ref().is_some_and(|b| {
+                    b.descriptor().node_classes.contains(&NodeClassKind::new(r.group.clone(), r.kind.clone()))
+                });
+                if !served {
+                    return Err(err(
+                        object,
+                        "spec.burst.nodeClassRef",
+                        format!("no burst provider serving {}/{} was configured", r.group, r.kind),
+                    ));
+                }
+            }
+            if policies.insert(class.class_name().to_owned(), policy).is_some() {
+                return Err(err(object, "metadata.name", "the NodeClass is listed twice".into()));
+            }
+            for m in machines {
+                if slots.iter().any(|s| s.machine.name == m.name) {
+                    return Err(err(object, "spec.machines", format!("machine {:?} is in two NodeClasses", m.name)));
+                }
+                slots.push(Slot { machine: m, phase: Phase::Free, failures: 0, quarantine_on_release: false });
+            }
+        }
+        Ok(SelfManagedProvider {
+            bmc,
+            clock: self.clock,
+            burst: self.burst,
+            policies,
+            credentials: self.credentials,
+            state: Mutex::new(State { slots, burst: HashMap::new() }),
+        })
+    }
+}
+
+/// Owned bare-metal machines, powered on and off through their BMCs, offered as `reserved` capacity, with
+/// an optional cloud burst under a lease.
+#[derive(Debug)]
+pub struct SelfManagedProvider {
+    bmc: Arc<dyn Bmc>,
+    clock: SharedClock,
+    burst: Option<DynCloudProvider>,
+    policies: BTreeMap<String, Policy>,
+    credentials: HashMap<String, Credentials>,
+    state: Mutex<State>,
+}
+
+/// The provider id of a machine.
+pub fn provider_id(node_class: &str, machine: &str) -> String {
+    format!("{PROVIDER_ID_SCHEME}{node_class}/{machine}")
+}
+
+fn requirement_holds(req: &NodeSelectorRequirement, it: &InstanceType, zone: &str, ct: CapacityType) -> bool {
+    let key = labels::normalize(&req.key);
+    let value = match key {
+        labels::ZONE => Some(zone),
+        labels::CAPACITY_TYPE => Some(ct.as_str()),
+        labels::INSTANCE_TYPE => Some(it.name.as_str()),
+        other => match it.labels.get(other) {
+            Some(v) => Some(v.as_str()),
+            // Keys the type does not define (template labels, the pool) are the node's, not the type's.
+            None => return true,
+        },
+    };
+    req.matches(value)
+}
+
+/// What a delete poll does next.
+enum Step {
+    Wait,
+    Send(ResetType),
+    Release,
+    Quarantine(String),
+}
+
+impl SelfManagedProvider {
+    /// A builder.
+    pub fn builder() -> SelfManagedProviderBuilder {
+        SelfManagedProviderBuilder {
+            classes: Vec::new(),
+            credentials: HashMap::new(),
+            bmc: None,
+            clock: Arc::new(SystemClock),
+            burst: None,
+        }
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn now(&self) -> Timestamp {
+        self.clock.now()
+    }
+
+    fn policy(&self, node_class: &str) -> Policy {
+        self.policies.get(node_class).cloned().unwrap_or(Policy {
+            boot_budget: inventory::DEFAULT_BOOT_BUDGET,
+            graceful_shutdown_timeout: inventory::DEFAULT_GRACEFUL_SHUTDOWN_TIMEOUT,
+            forced_shutdown_timeout: inventory::DEFAULT_FORCED_SHUTDOWN_TIMEOUT,
+            max_failures: inventory::DEFAULT_MAX_FAILURES,
+            pxe_boot: false,
+            reimage_on_release: false,
+            burst: None,
+        })
+    }
+
+    /// Every machine's state.
+    pub fn machines(&self) -> Vec<MachineStatus> {
+        self.state()
+            .slots
+            .iter()
+            .map(|s| {
+                let (phase, claim) = match &s.phase {
+                    Phase::Free => (MachinePhase::Free, None),
+                    Phase::Quarantined(r) => (MachinePhase::Quarantined { reason: r.clone() }, None),
+                    Phase::Held(h) => (
+                        match h.power {
+                            Power::Starting { .. } => MachinePhase::Launching,
+                            Power::Running => MachinePhase::Running,
+                            Power::Stopping { .. } => MachinePhase::Stopping,
+                        },
+                        Some(h.claim.clone()),
+                    ),
+                };
+                MachineStatus {
+                    node_class: s.machine.node_class.clone(),
+                    name: s.machine.name.clone(),
+                    domain: s.machine.domain.clone(),
+                    phase,
+                    claim,
+                    failures: s.failures,
+                    provider_id: provider_id(&s.machine.node_class, &s.machine.name),
+                }
+            })
+            .collect()
+    }
+
+    /// Takes a free machine out of the pool (maintenance); `false` when it is unknown or held by a claim.
+    pub fn quarantine(&self, machine: &str, reason: &str) -> bool {
+        let mut st = self.state();
+        match st.slots.iter_mut().find(|s| s.machine.name == machine) {
+            Some(s) if matches!(s.phase, Phase::Free | Phase::Quarantined(_)) => {
+                s.phase = Phase::Quarantined(reason.to_owned());
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Returns a quarantined machine to the pool and forgets its failures; `false` when it is not
+    /// quarantined.
+    pub fn release_quarantine(&self, machine: &str) -> bool {
+        let mut st = self.state();
+        match st.slots.iter_mut().find(|s| s.machine.name == machine) {
+            Some(s) if matches!(s.phase, Phase::Quarantined(_)) => {
+                s.phase = Phase::Free;
+                s.failures = 0;
+                s.quarantine_on_release = false;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    fn target(&self, m: &Machine) -> Result<BmcTarget, CloudError> {
+        let c = self.credentials.get(&m.bmc.credentials_ref).ok_or_else(|| {
+            CloudError::NodeClassNotReady(format!(
+                "{KIND}/{}: machine {}: BMC credentials {:?} are not available",
+                m.node_class, m.name, m.bmc.credentials_ref
+            ))
+        })?;
+        Ok(BmcTarget {
+            endpoint: m.bmc.endpoint.clone(),
+            system_id: m.bmc.system_id.clone(),
+            username: c.username.clone(),
+            password: c.password.clone(),
+            insecure_skip_tls_verify: m.bmc.insecure_skip_tls_verify,
+        })
+    }
+
+    /// A BMC failure as a [`CloudError`] naming the machine and the URL.
+    fn bmc_error(m: &Machine, e: &BmcError, launching: bool) -> CloudError {
+        let message = format!("machine {} ({KIND}/{}): {e}", m.name, m.node_class);
+        match &e.kind {
+            BmcErrorKind::Unauthorized(_) => CloudError::Unauthorized(message),
+            _ if launching => {
+                let reason = match e.kind {
+                    BmcErrorKind::SystemNotFound => "BmcSystemNotFound",
+                    BmcErrorKind::Unreachable(_) => "BmcUnreachable",
+                    BmcErrorKind::Timeout => "BmcTimeout",
+                    BmcErrorKind::Rejected { .. } => "BmcRejected",
+                    _ => "BmcBadResponse",
+                };
+                CloudError::Create { reason: reason.into(), message }
+            }
+            _ => CloudError::message(PROVIDER_NAME, message),
+        }
+    }
+
+    fn type_labels(m: &Machine) -> BTreeMap<String, String> {
+        let mut l = BTreeMap::new();
+        l.insert(labels::ARCH.to_owned(), m.arch.clone());
+        l.insert(labels::OS.to_owned(), "linux".to_owned());
+        l.insert(GPU_MODEL_LABEL.to_owned(), m.gpu_model.clone());
+        l.insert(GPU_COUNT_LABEL.to_owned(), m.gpu_count.to_string());
+        l
+    }
+
+    fn instance(m: &Machine, h: &Hold) -> Instance {
+        let state = match h.power {
+            Power::Starting { .. } => InstanceState::Pending,
+            Power::Running => InstanceState::Running,
+            Power::Stopping { .. } => InstanceState::Stopping,
+        };
+        Instance {
+            provider_id: provider_id(&m.node_class, &m.name),
+            instance_type: m.class.clone(),
+            zone: m.domain.clone(),
+            capacity_type: CapacityType::Reserved,
+            state,
+            launch_time: h.launched_at,
+            capacity: m.capacity,
+            allocatable: m.capacity,
+            image_id: None,
+            labels: m.node_labels(&Self::type_labels(m)),
+            lease: None,
+            node_pool: h.node_pool.clone(),
+            node_claim: Some(h.claim.clone()),
+            price: Some(m.price),
+        }
+    }
+
+    /// The NodeClass a claim or pool names, or the only one.
+    fn node_class_for(&self, r: Option<&NodeClassRef>, object: &str) -> Result<String, CloudError> {
+        match r {
+            Some(r) if r.group == GROUP && r.kind == KIND => {
+                if self.policies.contains_key(&r.name) {
+                    Ok(r.name.clone())
+                } else {
+                    Err(CloudError::NodeClassNotReady(format!("{object}: {KIND}/{} is not in the inventory", r.name)))
+                }
+            }
+            Some(r) => Err(CloudError::NodeClassNotReady(format!(
+                "{object}: provider {PROVIDER_NAME} does not serve {}/{}",
+                r.group, r.kind
+            ))),
+            None => match self.policies.keys().collect::<Vec<_>>().as_slice() {
+                [only] => Ok((*only).clone()),
+                _ => Err(CloudError::NodeClassNotReady(format!("{object}: names no {KIND} and several exist"))),
+            },
+        }
+    }
+
+    fn slot_index(st: &State, pid: &str) -> Option<usize> {
+        let rest = pid.strip_prefix(PROVIDER_ID_SCHEME)?;
+        let (class, name) = rest.split_once('/')?;
+        st.slots.iter().position(|s| s.machine.node_class == class && s.machine.name == name)
+    }
+
+    /// Returns a machine to the pool, or quarantines it when it failed too often.
+    fn release(&self, slot: &mut Slot, reason: Option<String>) {
+        let policy = self.policy(&slot.machine.node_class);
+        if let Some(r) = reason {
+            tracing::warn!(machine = %slot.machine.name, reason = %r, "quarantining machine");
+            slot.phase = Phase::Quarantined(r);
+        } else if slot.quarantine_on_release || slot.failures >= policy.max_failures {
+            let r = format!("failed {} times (maxFailures {})", slot.failures, policy.max_failures);
+            tracing::warn!(machine = %slot.machine.name, reason = %r, "quarantining machine");
+            slot.phase = Phase::Quarantined(r);
+        } else {
+            slot.phase = Phase::Free;
+        }
+    }
+
+    /// Reads a held machine's power state and moves it on. `None` when the claim lost the machine (a boot
+    /// past its budget, a machine that went dark).
+    async fn observe(&self, index: usize) -> Option<Instance> {
+        let (machine, hold) = {
+            let st = self.state();
+            let slot = st.slots.get(index)?;
+            match &slot.phase {
+                Phase::Held(h) => (slot.machine.clone(), h.clone()),
+                _ => return None,
+            }
+        };
+        if matches!(hold.power, Power::Stopping { .. }) {
+            return Some(Self::instance(&machine, &hold));
+        }
+        let read = match self.target(&machine) {
+            Ok(t) => self.bmc.power_state(&t).await.map_err(|e| e.to_string()),
+            Err(e) => Err(e.to_string()),
+        };
+        let now = self.now();
+        let policy = self.policy(&machine.node_class);
+        let mut st = self.state();
+        let slot = st.slots.get_mut(index)?;
+        let Phase::Held(h) = &mut slot.phase else { return None };
+        if h.uid != hold.uid || h.power != hold.power {
+            // Another call moved it on meanwhile.
+            return Some(Self::instance(&slot.machine, h));
+        }
+        match (h.power, read) {
+            (Power::Starting { .. }, Ok(PowerState::On)) => h.power = Power::Running,
+            (Power::Starting { requested_at }, read) if clock::since(now, requested_at) >= policy.boot_budget => {
+                let seen = match read {
+                    Ok(p) => format!("{p:?}"),
+                    Err(e) => e,
+                };
+                let reason = format!(
+                    "not on {} after the power-on request (boot budget {:?}); last seen: {seen}",
+                    humanize(clock::since(now, requested_at)),
+                    policy.boot_budget
+                );
+                tracing::warn!(machine = %slot.machine.name, claim = %h.claim, %reason, "boot failed");
+                slot.failures += 1;
+                self.release(slot, Some(reason));
+                return None;
+            }
+            (Power::Running, Ok(PowerState::Off)) => {
+                tracing::warn!(machine = %slot.machine.name, claim = %h.claim, "machine lost power");
+                slot.failures += 1;
+                self.release(slot, None);
+                return None;
+            }
+            (Power::Running, Err(e)) => {
+                tracing::warn!(machine = %slot.machine.name, error = %e, "BMC unreachable; reporting last state");
+            }
+            _ => {}
+        }
+        let Phase::Held(h) = &slot.phase else { return None };
+        Some(Self::instance(&slot.machine, h))
+    }
+
+    fn burst_claim(&self, claim: &NodeClaim, r: &NodeClassRef) -> NodeClaim {
+        let mut c = claim.clone();
+        c.spec.node_class_ref = Some(r.clone());
+        c
+    }
+
+    fn burst_pool(pool: &NodePool, r: &NodeClassRef) -> NodePool {
+        let mut p = pool.clone();
+        p.spec.template.spec.node_class_ref = Some(r.clone());
+        p
+    }
+
+    /// Owned offerings `claim` could use, whatever their machines' state.
+    fn owned_candidates<'a>(
+        st: &'a State,
+        node_class: &str,
+        claim: &NodeClaim,
+        requests: &Resources,
+    ) -> Vec<(usize, &'a Slot)> {
+        st.slots
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s.machine.node_class == node_class)
+            .filter(|(_, s)| requests.fits(&s.machine.capacity))
+            .filter(|(_, s)| {
+                let it = InstanceType {
+                    name: s.machine.class.clone(),
+                    labels: Self::type_labels(&s.machine),
+                    capacity: s.machine.capacity,
+                    overhead: Default::default(),
+                    offerings: Vec::new(),
+                };
+                claim
+                    .spec
+                    .requirements
+                    .iter()
+                    .all(|r| requirement_holds(r, &it, &s.machine.domain, CapacityType::Reserved))
+            })
+            .collect()
+    }
+
+    async fn create_burst(
+        &self,
+        claim: &NodeClaim,
+        options: &LaunchOptions,
+        node_class: &str,
+        owned: Vec<OfferingKey>,
+    ) -> Result<Instance, CloudError> {
+        let policy = self.policy(node_class);
+        let (Some(burst), Some((r, lease))) = (&self.burst, policy.burst) else {
+            return Err(CloudError::InsufficientCapacity {
+                offerings: owned,
+                message: format!("NodeClaim/{}: no free owned machine and no burst configured", claim.name()),
+            });
+        };
+        let allows_on_demand = claim
+            .spec
+            .requirements
+            .iter()
+            .filter(|q| labels::normalize(&q.key) == labels::CAPACITY_TYPE)
+            .all(|q| q.matches(Some(labels::CAPACITY_TYPE_ON_DEMAND)));
+        if !allows_on_demand {
+            return Err(CloudError::InsufficientCapacity {
+                offerings: owned,
+                message: format!(
+                    "NodeClaim/{}: no free owned machine, and the claim rules out on-demand burst",
+                    claim.name()
+                ),
+            });
+        }
+        // Bursting buys on-demand capacity only.
+        let mut burst_claim = self.burst_claim(claim, &r);
+        burst_claim.spec.requirements.push(NodeSelectorRequirement::new(
+            labels::CAPACITY_TYPE,
+            tenon_core::api::Operator::In,
+            [labels::CAPACITY_TYPE_ON_DEMAND],
+        ));
+        match burst.create(&burst_claim, options).await {
+            Ok(mut instance) => {
+                let lease = Lease {
+                    expires_at: clock::add(self.now(), lease),
+                    reason: format!("{BURST_LEASE_REASON}: standing in for {KIND}/{node_class}"),
+                };
+                instance.lease = Some(lease.clone());
+                let uid = claim.metadata.uid.clone().unwrap_or_else(|| claim.name().to_owned());
+                self.state()
+                    .burst
+                    .insert(instance.provider_id.clone(), BurstHold { uid, node_class: node_class.to_owned(), lease });
+                tracing::info!(claim = claim.name(), instance = %instance.provider_id, "burst to the cloud under a lease");
+                Ok(instance)
+            }
+            Err(CloudError::InsufficientCapacity { mut offerings, message }) => {
+                offerings.extend(owned);
+                Err(CloudError::InsufficientCapacity {
+                    offerings,
+                    message: format!("no free owned machine, and the burst failed: {message}"),
+                })
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    fn burst_for(&self, pid: &str) -> Option<(DynCloudProvider, NodeClassRef, Option<BurstHold>)> {
+        let burst = self.burst.clone()?;
+        let hold = self.state().burst.get(pid).cloned();
+        let class = hold.as_ref().map(|h| h.node_class.clone());
+        let r = class
+            .as_deref()
+            .and_then(|c| self.policies.get(c))
+            .or_else(|| self.policies.values().find(|p| p.burst.is_some()))
+            .and_then(|p| p.burst.clone())
+            .map(|(r, _)| r)?;
+        Some((burst, r, hold))
+    }
+}
+
+/// What `create` found for a claim.
+enum Claimed {
+    /// The claim already holds a machine.
+    Existing(Instance),
+    /// The claim already burst to this cloud instance.
+    Burst(String),
+    /// A free machine was claimed.
+    Machine(usize, Machine),
+    /// No machine is free, but some are powering off.
+    Deferred { coming: usize, left: Duration },
+    /// Nothing free or coming; the owned offerings the claim could use.
+    None(Vec<OfferingKey>),
+}
+
+impl SelfManagedProvider {
+    #[allow(clippy::too_many_arguments)]
+    fn claim_machine(
+        st: &mut State,
+        this: &Self,
+        claim: &NodeClaim,
+        options: &LaunchOptions,
+        node_class: &str,
+        uid: &str,
+        requests: &Resources,
+        now: Timestamp,
+    ) -> Claimed {
+        if let Some(s) = st.slots.iter().find(|s| matches!(&s.phase, Phase::Held(h) if h.uid == uid))
+            && let Phase::Held(h) = &s.phase
+        {
+            return Claimed::Existing(Self::instance(&s.machine, h));
+        }
+        if let Some(pid) = st.burst.iter().find(|(_, h)| h.uid == uid).map(|(pid, _)| pid.clone()) {
+            return Claimed::Burst(pid);
+        }
+        let candidates = Self::owned_candidates(st, node_class, claim, requests);
+        let key =
+            |s: &Slot| OfferingKey::new(s.machine.class.clone(), s.machine.domain.clone(), CapacityType::Reserved);
+        let mut owned: Vec<OfferingKey> = candidates.iter().map(|(_, s)| key(s)).collect();
+        owned.sort();
+        owned.dedup();
+        let free = candidates
+            .iter()
+            .filter(|(_, s)| s.phase == Phase::Free && !options.is_unavailable(&key(s)))
+            .min_by(|a, b| a.1.machine.price.total_cmp(&b.1.machine.price).then(a.0.cmp(&b.0)))
+            .map(|(i, _)| *i);
+        if let Some(i) = free {
+            let slot = &mut st.slots[i];
+            slot.phase = Phase::Held(Hold {
+                uid: uid.to_owned(),
+                claim: claim.name().to_owned(),
+                node_pool: claim.node_pool().map(str::to_owned),
+                launched_at: now,
+                power: Power::Starting { requested_at: now },
+            });
+            return Claimed::Machine(i, slot.machine.clone());
+        }
+        // Machines powering off will be free shortly: "not yet", not a failure.
+        let coming: Vec<Duration> = candidates
+            .iter()
+            .filter_map(|(_, s)| match &s.phase {
+                Phase::Held(Hold { power: Power::Stopping { since, .. }, .. }) => {
+                    let p = this.policy(&s.machine.node_class);
+                    let deadline = p.graceful_shutdown_timeout + p.forced_shutdown_timeout;
+                    Some(deadline.saturating_sub(clock::since(now, *since)))
+                }
+                _ => None,
+            })
+            .collect();
+        match coming.iter().min() {
+            Some(left) => Claimed::Deferred { coming: coming.len(), left: *left },
+            None => Claimed::None(owned),
+        }
+    }
+}
+
+fn humanize(d: Duration) -> String {
+    tenon_core::api::format_duration(Duration::from_secs(d.as_secs()))
+}
+
+#[async_trait]
+impl CloudProvider for SelfManagedProvider {
+    fn name(&self) -> &str {
+        PROVIDER_NAME
+    }
+
+    fn descriptor(&self) -> ProviderDescriptor {
+        ProviderDescriptor {
+            node_classes: vec![NodeClassKind::new(GROUP, KIND)],
+            well_known_labels: vec![GPU_MODEL_LABEL.to_owned(), GPU_COUNT_LABEL.to_owned()],
+        }
+    }
+
+    async fn instance_types(&self, pool: &NodePool) -> Result<Vec<InstanceType>, CloudError> {
+        let object = format!("NodePool/{}", pool.name());
+        let node_class = self.node_class_for(pool.spec.template.spec.node_class_ref.as_ref(), &object)?;
+        let mut types = {
+            let st = self.state();
+            inventory::instance_types(st.slots.iter().filter(|s| s.machine.node_class == node_class).map(|s| {
+                let coming = matches!(&s.phase, Phase::Held(h) if matches!(h.power, Power::Stopping { .. }));
+                (&s.machine, s.phase == Phase::Free, coming)
+            }))
+        };
+        if let (Some(burst), Some((r, _))) = (&self.burst, self.policy(&node_class).burst) {
+            match burst.instance_types(&Self::burst_pool(pool, &r)).await {
+                Ok(cloud) => {
+                    for mut it in cloud {
+                        if types.iter().any(|t| t.name == it.name) {
+                            continue;
+                        }
+                        // Bursting buys on-demand capacity only.
+                        it.offerings.retain(|o| o.capacity_type == CapacityType::OnDemand);
+                        if !it.offerings.is_empty() {
+                            types.push(it);
+                        }
+                    }
+                }
+                Err(e) => tracing::warn!(%object, error = %e, "burst provider's instance types unavailable"),
+            }
+        }
+        Ok(types)
+    }
+
+    async fn create(&self, claim: &NodeClaim, options: &LaunchOptions) -> Result<Instance, CloudError> {
+        let object = format!("NodeClaim/{}", claim.name());
+        let node_class = self.node_class_for(claim.spec.node_class_ref.as_ref(), &object)?;
+        let policy = self.policy(&node_class);
+        let uid = claim.metadata.uid.clone().unwrap_or_else(|| claim.name().to_owned());
+        let requests = Resources::from_resource_list(&claim.spec.resources.requests)
+            .map_err(|e| CloudError::Create { reason: "InvalidRequests".into(), message: format!("{object}: {e}") })?;
+        let now = self.now();
+
+        // Claim a machine atomically, fenced on the claim's UID.
+        let decision = {
+            let mut st = self.state();
+            Self::claim_machine(&mut st, self, claim, options, &node_class, &uid, &requests, now)
+        };
+        let (index, machine) = match decision {
+            Claimed::Existing(i) => return Ok(i),
+            Claimed::Burst(pid) => {
+                return match self.burst_for(&pid) {
+                    Some((burst, _, hold)) => {
+                        let mut i = burst.get(&pid).await?;
+                        i.lease = hold.map(|h| h.lease);
+                        Ok(i)
+                    }
+                    None => Err(CloudError::NotFound(pid)),
+                };
+            }
+            Claimed::Deferred { coming, left } => {
+                let retry_after = left.clamp(Duration::from_secs(5), Duration::from_secs(30));
+                return Err(CloudError::LaunchDeferred {
+                    retry_after,
+                    reason: format!("{object}: no free machine in {KIND}/{node_class}; {coming} powering off"),
+                });
+            }
+            Claimed::None(owned) => return self.create_burst(claim, options, &node_class, owned).await,
+            Claimed::Machine(index, machine) => (index, machine),
+        };
+
+        // One-time PXE boot, then power on; progress is observed by later calls.
+        let result = async {
+            let target = self.target(&machine)?;
+            if policy.pxe_boot {
+                self.bmc.set_pxe_boot_once(&target).await.map_err(|e| Self::bmc_error(&machine, &e, true))?;
+            }
+            self.bmc.reset(&target, ResetType::On).await.map_err(|e| Self::bmc_error(&machine, &e, true))
+        }
+        .await;
+        let mut st = self.state();
+        let slot = &mut st.slots[index];
+        match result {
+            Ok(()) => {
+                tracing::info!(claim = claim.name(), machine = %machine.name, "powering on");
+                match &slot.phase {
+                    Phase::Held(h) if h.uid == uid => Ok(Self::instance(&slot.machine, h)),
+                    _ => Err(CloudError::Create {
+                        reason: "MachineLost".into(),
+                        message: format!("{object}: machine {} was released while powering on", machine.name),
+                    }),
+                }
+            }
+            Err(e) => {
+                if matches!(&slot.phase, Phase::Held(h) if h.uid == uid) {
+                    if !matches!(e, CloudError::NodeClassNotReady(_)) {
+                        slot.failures += 1;
+                    }
+                    self.release(slot, None);
+                }
+                Err(e)
+            }
+        }
+    }
+
+    async fn delete(&self, claim: &NodeClaim) -> Result<(), CloudError> {
+        let Some(pid) = claim.provider_id().map(str::to_owned) else {
+            return Err(CloudError::NotFound(format!("NodeClaim/{} has no provider id", claim.name())));
+        };
+        if !pid.starts_with(PROVIDER_ID_SCHEME) {
+            let Some((burst, r, _)) = self.burst_for(&pid) else { return Err(CloudError::NotFound(pid)) };
+            let result = burst.delete(&self.burst_claim(claim, &r)).await;
+            if result.as_ref().is_err_and(CloudError::is_not_found) {
+                self.state().burst.remove(&pid);
+            }
+            return result;
+        }
+        let now = self.now();
+        let (index, machine, power) = {
+            let mut st = self.state();
+            let Some(index) = Self::slot_index(&st, &pid) else { return Err(CloudError::NotFound(pid)) };
+            let slot = &mut st.slots[index];
+            let Phase::Held(h) = &mut slot.phase else { return Err(CloudError::NotFound(pid)) };
+            // Fenced: a stale claim never powers off a machine another claim holds.
+            if claim.metadata.uid.as_ref().is_some_and(|u| *u != h.uid) {
+                return Err(CloudError::NotFound(pid));
+            }
+            match h.power {
+                Power::Stopping { .. } => {}
+                Power::Starting { requested_at } => {
+                    h.power =
+                        Power::Stopping { since: now, starting_since: Some(requested_at), off_sent: None, forced: None }
+                }
+                Power::Running => {
+                    h.power = Power::Stopping { since: now, starting_since: None, off_sent: None, forced: None }
+                }
+            }
+            (index, slot.machine.clone(), h.power)
+        };
+        let Power::Stopping { since, starting_since, off_sent, forced } = power else { return Ok(()) };
+        let policy = self.policy(&machine.node_class);
+        let target = self.target(&machine)?;
+        let read = self.bmc.power_state(&target).await;
+        let step = match &read {
+            Err(e) => {
+                let limit = policy.graceful_shutdown_timeout
+                    + policy.forced_shutdown_timeout
+                    + starting_since.map_or(Duration::ZERO, |_| policy.boot_budget);
+                if clock::since(now, since) >= limit {
+                    Step::Quarantine(format!("BMC failed while powering off for {}: {e}", humanize(limit)))
+                } else {
+                    return Err(Self::bmc_error(&machine, e, false));
+                }
+            }
+            Ok(PowerState::Off) => match (off_sent, starting_since) {
+                // A power-on may still be pending: wait for it, then shut down properly.
+                (None, Some(requested)) if clock::since(now, requested) < policy.boot_budget => Step::Wait,
+                _ => Step::Release,
+            },
+            Ok(PowerState::On) => match (off_sent, forced) {
+                (None, _) => Step::Send(ResetType::GracefulShutdown),
+                (Some(sent), None) if clock::since(now, sent) >= policy.graceful_shutdown_timeout => {
+                    Step::Send(ResetType::ForceOff)
+                }
+                (_, Some(f)) if clock::since(now, f) >= policy.forced_shutdown_timeout => {
+                    Step::Quarantine(format!("still on {} after a forced power-off", humanize(clock::since(now, f))))
+                }
+                _ => Step::Wait,
+            },
+            Ok(PowerState::PoweringOn | PowerState::PoweringOff) => Step::Wait,
+        };
+        match step {
+            Step::Wait => Ok(()),
+            Step::Send(reset) => {
+                self.bmc.reset(&target, reset).await.map_err(|e| Self::bmc_error(&machine, &e, false))?;
+                tracing::info!(machine = %machine.name, reset = reset.as_str(), "powering off");
+                let mut st = self.state();
+                if let Phase::Held(h) = &mut st.slots[index].phase
+                    && let Power::Stopping { off_sent, forced, .. } = &mut h.power
+                {
+                    match reset {
+                        ResetType::ForceOff => *forced = Some(now),
+                        _ => *off_sent = Some(now),
+                    }
+                }
+                Ok(())
+            }
+            Step::Release | Step::Quarantine(_) => {
+                let mut reason = match step {
+                    Step::Quarantine(r) => Some(r),
+                    _ => None,
+                };
+                if reason.is_none() && policy.reimage_on_release {
+                    // The next boot reimages the machine.
+                    if let Err(e) = self.bmc.set_pxe_boot_once(&target).await {
+                        reason = Some(format!("could not set the reimage boot: {e}"));
+                    }
+                }
+                let mut st = self.state();
+                let slot = &mut st.slots[index];
+                if matches!(&slot.phase, Phase::Held(h) if matches!(h.power, Power::Stopping { .. })) {
+                    if reason.is_some() {
+                        slot.failures += 1;
+                    }
+                    if starting_since.is_some() && off_sent.is_none() && reason.is_none() {
+                        // It never came on within its boot budget.
+                        slot.failures += 1;
+                    }
+                    self.release(slot, reason);
+                    tracing::info!(machine = %machine.name, "returned to the pool");
+                }
+                Err(CloudError::NotFound(pid))
+            }
+        }
+    }
+
+    async fn get(&self, provider_id: &str) -> Result<Instance, CloudError> {
+        if !provider_id.starts_with(PROVIDER_ID_SCHEME) {
+            let Some((burst, _, hold)) = self.burst_for(provider_id) else {
+                return Err(CloudError::NotFound(provider_id.to_owned()));
+            };
+            let mut i = burst.get(provider_id).await?;
+            i.lease = hold.map(|h| h.lease);
+            return Ok(i);
+        }
+        let index = Self::slot_index(&self.state(), provider_id);
+        match index {
+            Some(i) => self.observe(i).await.ok_or_else(|| CloudError::NotFound(provider_id.to_owned())),
+            None => Err(CloudError::NotFound(provider_id.to_owned())),
+        }
+    }
+
+    async fn list(&self) -> Result<Vec<Instance>, CloudError> {
+        let (held, burst): (Vec<usize>, Vec<String>) = {
+            let st = self.state();
+            (
+                st.slots
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, s)| matches!(s.phase, Phase::Held(_)))
+                    .map(|(i, _)| i)
+                    .collect(),
+                st.burst.keys().cloned().collect(),
+            )
+        };
+        let mut out = Vec::new();
+        for i in held {
+            out.extend(self.observe(i).await);
+        }
+        for pid in burst {
+            match self.get(&pid).await {
+                Ok(i) => out.push(i),
+                Err(e) if e.is_not_found() => {
+                    self.state().burst.remove(&pid);
+                }
+                Err(e) => tracing::warn!(instance = %pid, error = %e, "burst instance unavailable"),
+            }
+        }
+        Ok(out)
+    }
+
+    async fn is_drifted(&self, claim: &NodeClaim) -> Result<Option<DriftReason>, CloudError> {
+        match claim.provider_id() {
+            Some(pid) if !pid.starts_with(PROVIDER_ID_SCHEME) => match self.burst_for(pid) {
+                Some((burst, r, _)) => burst.is_drifted(&self.burst_claim(claim, &r)).await,
+                None => Ok(None),
+            },
+            _ => Ok(None),
+        }
+    }
+
+    fn repair_policies(&self) -> Vec<RepairPolicy> {
+        default_repair_policies()
+    }
+
+    async fn reboot(&self, claim: &NodeClaim) -> Result<(), CloudError> {
+        let Some(pid) = claim.provider_id().map(str::to_owned) else {
+            return Err(CloudError::NotFound(format!("NodeClaim/{} has no provider id", claim.name())));
+        };
+        if !pid.starts_with(PROVIDER_ID_SCHEME) {
+            let Some((burst, r, _)) = self.burst_for(&pid) else { return Err(CloudError::NotFound(pid)) };
+            return burst.reboot(&self.burst_claim(claim, &r)).await;
+        }
+        let now = self.now();
+        let machine = {
+            let mut st = self.state();
+            let Some(index) = Self::slot_index(&st, &pid) else { return Err(CloudError::NotFound(pid)) };
+            let slot = &mut st.slots[index];
+            let max = self.policy(&slot.machine.node_class).max_failures;
+            let Phase::Held(h) = &mut slot.phase else { return Err(CloudError::NotFound(pid)) };
+            if claim.metadata.uid.as_ref().is_some_and(|u| *u != h.uid) || matches!(h.power, Power::Stopping { .. }) {
+                return Err(CloudError::NotFound(pid));
+            }
+            slot.failures += 1;
+            if slot.failures >= max {
+                // Repeated trouble: the node is replaced instead, and the machine leaves the pool.
+                slot.quarantine_on_release = true;
+                return Err(CloudError::message(
+                    PROVIDER_NAME,
+                    format!(
+                        "machine {} failed {} times (maxFailures {max}): not rebooting; it is quarantined when released",
+                        slot.machine.name, slot.failures
+                    ),
+                ));
+            }
+            h.power = Power::Starting { requested_at: now };
+            slot.machine.clone()
+        };
+        let target = self.target(&machine)?;
+        self.bmc.reset(&target, ResetType::ForceRestart).await.map_err(|e| Self::bmc_error(&machine, &e, false))?;
+        tracing::info!(machine = %machine.name, claim = claim.name(), "rebooting for repair");
+        Ok(())
+    }
+}

@@ -1,0 +1,281 @@
+//! The provider's real state machine over an in-memory BMC, in virtual time: deadlines (boot budget,
+//! graceful → forced power-off) and the end-to-end autoscaling story through core's simulator.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tenon_core::api::{NodeClaim, NodeClaimSpec, NodeClaimStatus, NodeClassRef, NodePool, NodePoolSpec, labels};
+use tenon_core::clock::VirtualClock;
+use tenon_core::cloud::fake::{FakeCloud, instance_type};
+use tenon_core::cloud::{CloudError, CloudProvider, InstanceState, LaunchOptions};
+use tenon_core::disruption::queue::{Event, Outcome};
+use tenon_core::lifecycle::LEASE_EXPIRES_AT;
+use tenon_core::settings::Settings;
+use tenon_core::sim::{Sim, pod};
+use tenon_self_managed::{InMemoryBmc, MachinePhase, PowerState, ResetType, SelfManagedProvider, parse_node_class};
+
+const INVENTORY: &str = include_str!("../../examples/self-managed/inventory.yaml");
+const NODE_POOL: &str = include_str!("../../examples/self-managed/nodepool.yaml");
+
+fn inventory(machines: usize, extra: &str) -> tenon_self_managed::SelfManagedNodeClass {
+    let mut yaml = format!(
+        "apiVersion: tenon.dev/v1alpha1\nkind: SelfManagedNodeClass\nmetadata: {{name: owned}}\nspec:\n{extra}  machines:\n"
+    );
+    for n in 0..machines {
+        let domain = if n % 2 == 0 { "island-a" } else { "island-b" };
+        yaml.push_str(&format!(
+            "  - name: h100-{n}\n    domain: {domain}\n    bmc: {{endpoint: \"https://bmc-{n}.example\", systemId: \"sys-{n}\", credentialsRef: bmc}}\n    gpu: {{model: H100-SXM5-80GB, count: 8}}\n    cpu: \"192\"\n    memory: 2Ti\n    pricePerHour: 12.5\n"
+        ));
+    }
+    parse_node_class(&yaml).unwrap()
+}
+
+fn claim(name: &str) -> NodeClaim {
+    let mut c = NodeClaim::new(
+        name,
+        NodeClaimSpec {
+            node_class_ref: Some(NodeClassRef {
+                group: "tenon.dev".into(),
+                kind: "SelfManagedNodeClass".into(),
+                name: "owned".into(),
+            }),
+            ..Default::default()
+        },
+    );
+    c.metadata.uid = Some(format!("uid-{name}"));
+    c
+}
+
+fn launched(mut c: NodeClaim, pid: &str) -> NodeClaim {
+    c.status = Some(NodeClaimStatus { provider_id: Some(pid.to_owned()), ..Default::default() });
+    c
+}
+
+struct World {
+    clock: Arc<VirtualClock>,
+    bmc: Arc<InMemoryBmc>,
+    provider: Arc<SelfManagedProvider>,
+}
+
+fn world(machines: usize, extra: &str) -> World {
+    let clock = VirtualClock::at_epoch();
+    let bmc = Arc::new(InMemoryBmc::new(clock.clone(), Duration::from_secs(90)));
+    let provider = Arc::new(
+        SelfManagedProvider::builder()
+            .node_class(inventory(machines, extra))
+            .credentials("bmc", "admin", "secret")
+            .bmc(bmc.clone())
+            .clock(clock.clone())
+            .build()
+            .unwrap(),
+    );
+    World { clock, bmc, provider }
+}
+
+#[tokio::test]
+async fn a_machine_that_never_powers_on_is_quarantined_after_its_boot_budget_and_its_claim_fails_over() {
+    let w = world(2, "  bootBudget: 10m\n");
+    w.bmc.never_power_on("sys-0");
+    let c = claim("c1");
+    let i = w.provider.create(&c, &LaunchOptions::default()).await.unwrap();
+    assert_eq!(i.labels.get("tenon.dev/machine").map(String::as_str), Some("h100-0"));
+    w.clock.advance(Duration::from_secs(9 * 60));
+    assert_eq!(w.provider.get(&i.provider_id).await.unwrap().state, InstanceState::Pending, "within budget");
+    w.clock.advance(Duration::from_secs(60));
+    assert!(w.provider.get(&i.provider_id).await.unwrap_err().is_not_found(), "the claim loses its machine");
+    let m = &w.provider.machines()[0];
+    assert!(matches!(&m.phase, MachinePhase::Quarantined { reason } if reason.contains("boot budget")), "{m:?}");
+    // The claim's replacement gets the other machine.
+    let j = w.provider.create(&claim("c2"), &LaunchOptions::default()).await.unwrap();
+    assert_eq!(j.labels.get("tenon.dev/machine").map(String::as_str), Some("h100-1"));
+    w.clock.advance(Duration::from_secs(90));
+    assert_eq!(w.provider.get(&j.provider_id).await.unwrap().state, InstanceState::Running);
+    // An operator releases the repaired machine.
+    assert!(w.provider.release_quarantine("h100-0"));
+    assert_eq!(w.provider.machines()[0].phase, MachinePhase::Free);
+}
+
+#[tokio::test]
+async fn an_unreachable_bmc_past_the_boot_budget_quarantines_too() {
+    let w = world(1, "  bootBudget: 10m\n");
+    let i = w.provider.create(&claim("c1"), &LaunchOptions::default()).await.unwrap();
+    w.bmc.set_unreachable("sys-0", true);
+    w.clock.advance(Duration::from_secs(5 * 60));
+    assert_eq!(w.provider.get(&i.provider_id).await.unwrap().state, InstanceState::Pending);
+    w.clock.advance(Duration::from_secs(5 * 60));
+    assert!(w.provider.get(&i.provider_id).await.unwrap_err().is_not_found());
+    assert!(matches!(w.provider.machines()[0].phase, MachinePhase::Quarantined { .. }));
+}
+
+/// A shutdown the OS ignores: graceful first, forced after the timeout, and the machine returns to the
+/// pool with a reimage boot set for its next power-on.
+#[tokio::test]
+async fn power_off_is_graceful_then_forced_after_the_timeout() {
+    let w = world(1, "  gracefulShutdownTimeout: 5m\n  forcedShutdownTimeout: 2m\n  reimageOnRelease: true\n");
+    w.bmc.ignore_graceful_shutdown("sys-0");
+    let c = claim("c1");
+    let i = w.provider.create(&c, &LaunchOptions::default()).await.unwrap();
+    w.clock.advance(Duration::from_secs(90));
+    assert_eq!(w.provider.get(&i.provider_id).await.unwrap().state, InstanceState::Running);
+    let c = launched(c, &i.provider_id);
+    w.provider.delete(&c).await.unwrap();
+    assert_eq!(w.bmc.resets("sys-0"), [ResetType::On, ResetType::GracefulShutdown]);
+    assert_eq!(w.provider.get(&i.provider_id).await.unwrap().state, InstanceState::Stopping);
+    assert_eq!(w.provider.machines()[0].phase, MachinePhase::Stopping);
+    w.clock.advance(Duration::from_secs(4 * 60));
+    w.provider.delete(&c).await.unwrap();
+    assert_eq!(w.bmc.resets("sys-0").len(), 2, "still within the graceful timeout");
+    w.clock.advance(Duration::from_secs(60));
+    w.provider.delete(&c).await.unwrap();
+    assert_eq!(w.bmc.resets("sys-0"), [ResetType::On, ResetType::GracefulShutdown, ResetType::ForceOff]);
+    w.clock.advance(Duration::from_secs(90));
+    assert!(w.provider.delete(&c).await.unwrap_err().is_not_found(), "off: back in the pool");
+    assert_eq!(w.bmc.power("sys-0"), PowerState::Off);
+    assert_eq!(w.provider.machines()[0].phase, MachinePhase::Free);
+    assert!(w.provider.delete(&c).await.unwrap_err().is_not_found(), "NotFound once free");
+    // The next claim's boot reimages the machine.
+    let j = w.provider.create(&claim("c2"), &LaunchOptions::default()).await.unwrap();
+    w.clock.advance(Duration::from_secs(90));
+    assert_eq!(w.provider.get(&j.provider_id).await.unwrap().state, InstanceState::Running);
+    assert_eq!(w.bmc.pxe_boots("sys-0"), 1);
+}
+
+#[tokio::test]
+async fn a_machine_that_will_not_power_off_is_quarantined() {
+    let w = world(1, "  gracefulShutdownTimeout: 5m\n  forcedShutdownTimeout: 2m\n");
+    w.bmc.stuck_on("sys-0");
+    let c = claim("c1");
+    let i = w.provider.create(&c, &LaunchOptions::default()).await.unwrap();
+    w.clock.advance(Duration::from_secs(90));
+    let c = launched(c, &i.provider_id);
+    w.provider.delete(&c).await.unwrap();
+    w.clock.advance(Duration::from_secs(5 * 60));
+    w.provider.delete(&c).await.unwrap();
+    w.clock.advance(Duration::from_secs(2 * 60));
+    assert!(w.provider.delete(&c).await.unwrap_err().is_not_found(), "the claim lets go of it");
+    let m = &w.provider.machines()[0];
+    assert!(matches!(&m.phase, MachinePhase::Quarantined { reason } if reason.contains("forced")), "{m:?}");
+    let err = w.provider.create(&claim("c2"), &LaunchOptions::default()).await.unwrap_err();
+    assert!(matches!(err, CloudError::InsufficientCapacity { .. }), "{err}");
+}
+
+/// Repair reboots through the BMC until the machine has failed too often; then the reboot is refused (the
+/// core replaces the node instead) and the machine leaves the pool when released.
+#[tokio::test]
+async fn repeated_repairs_quarantine_the_machine() {
+    let w = world(1, "  maxFailures: 2\n");
+    let c = claim("c1");
+    let i = w.provider.create(&c, &LaunchOptions::default()).await.unwrap();
+    w.clock.advance(Duration::from_secs(90));
+    let c = launched(c, &i.provider_id);
+    w.provider.reboot(&c).await.unwrap();
+    assert_eq!(w.bmc.resets("sys-0"), [ResetType::On, ResetType::ForceRestart]);
+    assert_eq!(w.provider.get(&i.provider_id).await.unwrap().state, InstanceState::Pending, "rebooting");
+    w.clock.advance(Duration::from_secs(90));
+    assert_eq!(w.provider.get(&i.provider_id).await.unwrap().state, InstanceState::Running);
+    let err = w.provider.reboot(&c).await.unwrap_err();
+    assert!(err.to_string().contains("quarantined when released"), "{err}");
+    w.provider.delete(&c).await.unwrap();
+    w.clock.advance(Duration::from_secs(90));
+    assert!(w.provider.delete(&c).await.unwrap_err().is_not_found());
+    assert!(matches!(w.provider.machines()[0].phase, MachinePhase::Quarantined { .. }));
+}
+
+#[test]
+fn the_examples_parse() {
+    let nc = parse_node_class(INVENTORY).unwrap();
+    assert!(nc.spec.machines.len() >= 4);
+    let pool = tenon_core::api::parse_node_pool(NODE_POOL).unwrap();
+    assert_eq!(pool.annotation(labels::NODECLAIM_REGISTRATION_TIMEOUT), Some("25m"));
+    let r = pool.spec.template.spec.node_class_ref.as_ref().unwrap();
+    assert_eq!((r.kind.as_str(), r.name.as_str()), ("SelfManagedNodeClass", nc.metadata.name.as_deref().unwrap()));
+    assert!(nc.spec.burst.is_some());
+}
+
+/// The whole story in virtual time, with the real controllers (core's simulator) over the provider and an
+/// in-memory BMC, and FakeCloud as the burst cloud: pending GPU pods power machines on, their nodes
+/// register (slowly: 18 minutes, inside the pool's 25-minute registration timeout) and the pods run; a
+/// third pod finds the owned fleet full and bursts to the cloud under a lease; an owned machine frees up
+/// and the cloud node is reclaimed onto it; the fleet shrinks and the machines power off.
+#[tokio::test]
+async fn owned_machines_serve_pods_burst_to_the_cloud_when_full_and_reclaim_the_burst() {
+    const STEP: Duration = Duration::from_secs(10);
+    let clock = VirtualClock::at_epoch();
+    let bmc = Arc::new(InMemoryBmc::new(clock.clone(), Duration::from_secs(90)));
+    let cloud = Arc::new(
+        FakeCloud::builder()
+            .name("cloud")
+            .node_class("karpenter.k8s.aws", "EC2NodeClass")
+            .catalog(vec![instance_type("p5.48xlarge", 192, 2048, 8, &["us-east-1a"], 98.32, 40.0)])
+            .clock(clock.clone())
+            .build(),
+    );
+    let burst =
+        "  burst:\n    nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: gpu-burst}\n    lease: 30m\n";
+    let provider = Arc::new(
+        SelfManagedProvider::builder()
+            .node_class(inventory(2, burst))
+            .credentials("bmc", "admin", "secret")
+            .bmc(bmc.clone())
+            .burst(cloud.clone())
+            .clock(clock.clone())
+            .build()
+            .unwrap(),
+    );
+    let mut pool = NodePool::new("gpu", NodePoolSpec::default());
+    pool.spec.template.spec.node_class_ref =
+        Some(NodeClassRef { group: "tenon.dev".into(), kind: "SelfManagedNodeClass".into(), name: "owned".into() });
+    pool.spec.disruption.budgets[0].nodes = "100%".into();
+    pool.metadata.annotations = Some([(labels::NODECLAIM_REGISTRATION_TIMEOUT.to_owned(), "25m".to_owned())].into());
+    let mut sim = Sim::new(clock.clone(), provider.clone(), vec![pool], Settings::default());
+    sim.kubelet.registration_delay_by_family.insert("h100-sxm5-80gb-8x".into(), Duration::from_secs(18 * 60));
+    let running = |p: &SelfManagedProvider| p.machines().iter().filter(|m| m.phase == MachinePhase::Running).count();
+
+    // Two 8-GPU pods: both machines power on, register after 18 minutes, and run them.
+    sim.add_pod(pod("train-0", "16", 8));
+    sim.add_pod(pod("train-1", "16", 8));
+    sim.run(Duration::from_secs(25 * 60), STEP).await;
+    assert!(sim.pending().is_empty(), "{:?}", sim.pending());
+    assert_eq!(running(&provider), 2);
+    assert_eq!((bmc.power("sys-0"), bmc.power("sys-1")), (PowerState::On, PowerState::On));
+    assert_eq!(sim.lifecycle.counters.registration_timeouts, 0, "the pool's 25m timeout covers the slow boot");
+    assert!(cloud.instances().is_empty(), "no burst while owned machines are free");
+    assert!(sim.live_claims().iter().all(|c| c.label(labels::CAPACITY_TYPE) == Some("reserved")));
+
+    // A third: the owned fleet is full, so it bursts to the cloud, on-demand, under a lease.
+    sim.add_pod(pod("train-2", "16", 8));
+    sim.run(Duration::from_secs(10 * 60), STEP).await;
+    assert!(sim.pending().is_empty(), "{:?}", sim.pending());
+    let burst_claims: Vec<_> =
+        sim.live_claims().into_iter().filter(|c| c.label(labels::INSTANCE_TYPE) == Some("p5.48xlarge")).collect();
+    assert_eq!(burst_claims.len(), 1);
+    assert_eq!(burst_claims[0].label(labels::CAPACITY_TYPE), Some("on-demand"));
+    assert!(burst_claims[0].annotation(LEASE_EXPIRES_AT).is_some(), "the burst node carries a lease");
+    assert_eq!(cloud.instances().len(), 1);
+    let burst_name = burst_claims[0].name().to_owned();
+
+    // An owned machine frees up: the cloud node is reclaimed onto owned capacity. The replacement boots as
+    // slowly as the first two (18 minutes); the disruption queue waits for it as long as the pool's
+    // registration timeout allows instead of rolling the command back.
+    sim.remove_pod("default/train-0");
+    sim.run(Duration::from_secs(60 * 60), STEP).await;
+    assert!(
+        sim.events.iter().any(|(_, e)| matches!(e, Event::Finished(Outcome::Completed { claims, replacements })
+            if claims.as_slice() == [burst_name.as_str()] && replacements.len() == 1)),
+        "the burst claim was replaced, not just deleted: {:?}",
+        sim.events
+    );
+    assert!(sim.pending().is_empty(), "{:?}", sim.pending());
+    assert!(cloud.instances().is_empty(), "the burst node is gone");
+    assert_eq!(running(&provider), 2, "{:?}", provider.machines());
+    assert!(sim.live_claims().iter().all(|c| c.label(labels::CAPACITY_TYPE) == Some("reserved")));
+
+    // The fleet shrinks to nothing: the machines power off and return to the pool.
+    sim.remove_pod("default/train-1");
+    sim.remove_pod("default/train-2");
+    sim.run(Duration::from_secs(20 * 60), STEP).await;
+    assert!(sim.live_claims().is_empty());
+    assert!(provider.machines().iter().all(|m| m.phase == MachinePhase::Free), "{:?}", provider.machines());
+    assert_eq!((bmc.power("sys-0"), bmc.power("sys-1")), (PowerState::Off, PowerState::Off));
+}
