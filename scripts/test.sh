@@ -1,21 +1,41 @@
 #!/usr/bin/env bash
 # The test command: sets up what the tests need, runs every test of the workspace, and tears it down.
 #
-#   scripts/test.sh            all tests
+#   scripts/test.sh            all tests, every feature (the AWS provider included)
 #   scripts/test.sh -p NAME    one crate (any cargo test arguments are passed through)
+#
+# The emulator-backed tests talk to peers started here, on 127.0.0.1, from the project's own venv:
+# moto's server for EC2 and SQS, and sushy-tools' Redfish emulator for the self-managed provider.
+# Each peer has a script in scripts/peers/ with `start DIR` (prints `export NAME=VALUE` lines naming its
+# endpoint) and `stop DIR`. Every run gets fresh state.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# Python tools the emulator-backed tests use live in the project's own venv, created on first use.
 VENV="${TENON_VENV:-.venv}"
-if [ -n "${TENON_PYTHON_PACKAGES:-}" ]; then
-  if [ ! -x "$VENV/bin/python" ]; then
-    python3 -m venv "$VENV"
-  fi
-  "$VENV/bin/pip" install --quiet --disable-pip-version-check $TENON_PYTHON_PACKAGES
+if [ ! -x "$VENV/bin/python" ]; then
+  python3 -m venv "$VENV"
 fi
+# Installing is a no-op when the pinned versions are already there.
+"$VENV/bin/pip" install --quiet --disable-pip-version-check -r scripts/peers/requirements.txt
+export TENON_VENV="$VENV"
+
+PEERS_DIR="$(mktemp -d "${TMPDIR:-/tmp}/tenon-peers.XXXXXX")"
+PEERS=()
+stop_peers() {
+  for peer in "${PEERS[@]}"; do
+    "scripts/peers/$peer.sh" stop "$PEERS_DIR/$peer" || true
+  done
+  rm -rf "$PEERS_DIR"
+}
+trap stop_peers EXIT
+for script in scripts/peers/*.sh; do
+  peer="$(basename "$script" .sh)"
+  mkdir -p "$PEERS_DIR/$peer"
+  PEERS+=("$peer")
+  eval "$("$script" start "$PEERS_DIR/$peer")"
+done
 
 if [ "$#" -eq 0 ]; then
-  set -- --workspace
+  set -- --workspace --all-features --no-fail-fast
 fi
 cargo test "$@"
