@@ -88,11 +88,22 @@ impl<'a> Simulator<'a> {
     }
 
     /// Reschedules the candidates' pods without the candidates.
-    fn simulate(&self, cands: &[&Candidate], consolidating: bool, spot_only: bool, ceiling: Option<f64>) -> Results {
+    fn simulate(
+        &self,
+        cands: &[&Candidate],
+        consolidating: bool,
+        off_on_demand: bool,
+        ceiling: Option<f64>,
+    ) -> Results {
         let names: Vec<&str> = cands.iter().map(|c| c.node.as_str()).collect();
         let mut sim = if consolidating { self.settled.without_nodes(&names) } else { self.base.without_nodes(&names) };
-        if spot_only {
-            sim.restrict_pools(Requirement::is_in(labels::CAPACITY_TYPE, [CapacityType::Spot.as_str()]));
+        if off_on_demand {
+            // A lease reclaim: the replacement runs on spot or on owned (reserved) capacity, never on
+            // another on-demand node.
+            sim.restrict_pools(Requirement::is_in(
+                labels::CAPACITY_TYPE,
+                [CapacityType::Spot.as_str(), CapacityType::Reserved.as_str()],
+            ));
         }
         if ceiling.is_some() {
             let mut options = provisioning::scheduler_options(self.settings());
@@ -144,7 +155,7 @@ impl<'a> Simulator<'a> {
         (vec![command], notes)
     }
 
-    /// Drift: replace drifted nodes, expired on-demand leases first (their replacements pinned to spot),
+    /// Drift: replace drifted nodes, expired on-demand leases first (their replacements pinned to spot or reserved capacity),
     /// then empty ones, within the `Drifted` budget. `static_pools` selects the pools with fixed replicas.
     pub fn drift(&mut self, cands: &[Candidate], static_pools: bool) -> (Vec<Command>, Vec<Blocked>) {
         let state = self.inputs.state;
@@ -180,12 +191,12 @@ impl<'a> Simulator<'a> {
             if !empties.is_empty() {
                 break;
             }
-            let spot_only = c.lease_expired();
-            let r = self.simulate(&[c], false, spot_only, None);
+            let reclaim = c.lease_expired();
+            let r = self.simulate(&[c], false, reclaim, None);
             if let Some(u) = r.unschedulable.first() {
-                let reason = if spot_only {
+                let reason = if reclaim {
                     format!(
-                        "no spot capacity to reclaim its on-demand lease, keeping the on-demand node ({})",
+                        "no spot or reserved capacity to reclaim its on-demand lease, keeping the on-demand node ({})",
                         u.reason
                     )
                 } else {

@@ -83,6 +83,11 @@ impl Queue {
         self.marked.contains(node)
     }
 
+    /// Whether any queued command still holds nodes marked for deletion.
+    pub fn has_marked(&self) -> bool {
+        !self.marked.is_empty()
+    }
+
     /// How many commands are in flight.
     pub fn len(&self) -> usize {
         self.items.len()
@@ -145,15 +150,23 @@ impl Queue {
         for c in &command.candidates {
             self.marked.insert(c.node.clone());
         }
-        // 4. Nominate the pods to the capacity on its way.
-        let until =
-            clock::add(now, provisioning::Nominations::window(settings).max(retry_duration(self.items.len() + 1)));
+        // 4. Nominate the pods to the capacity on its way. Replacements get at least as long as their pool
+        // gives a node to register: bare metal that boots in twenty minutes is not a failed replacement.
+        let boot = command
+            .replacements
+            .iter()
+            .filter_map(|r| state.pool(&r.plan.pool)?.annotation(labels::NODECLAIM_REGISTRATION_TIMEOUT))
+            .filter_map(|t| crate::api::parse_duration(t).ok())
+            .max()
+            .unwrap_or_default();
+        let wait = retry_duration(self.items.len() + 1).max(boot);
+        let until = clock::add(now, provisioning::Nominations::window(settings).max(wait));
         for (r, name) in command.replacements.iter().zip(&created) {
             for pod in &r.plan.pods {
                 nominations.nominate(pod, name, until);
             }
         }
-        let deadline = clock::add(now, retry_duration(self.items.len() + 1));
+        let deadline = clock::add(now, wait);
         self.items.push(Item { command, replacements: created, deadline });
         Ok(())
     }
@@ -338,6 +351,8 @@ pub struct Controller {
     pub reboot_supported: bool,
     proposals: Vec<Proposal>,
     next_pass: Option<Timestamp>,
+    /// The digest of the last pass that found nothing, and when it ran.
+    quiet: Option<(u64, Timestamp)>,
 }
 
 impl Controller {
@@ -412,7 +427,14 @@ impl Controller {
         if !self.proposals.is_empty() {
             return events;
         }
+        // Nothing changed since a pass that found nothing: skip the simulations, as an unchanged cluster
+        // cannot be consolidated now if it could not be then. Re-examined at least every QUIET_RECHECK.
+        let digest = super::digest(inputs);
+        if self.quiet.is_some_and(|(d, at)| d == digest && clock::since(now, at) < super::QUIET_RECHECK) {
+            return events;
+        }
         let pass = super::compute(inputs);
+        self.quiet = pass.method.is_none().then_some((digest, now));
         if let Some(method) = pass.method {
             let ready_at = clock::add(now, inputs.settings.command_validation_delay);
             for command in pass.commands {
@@ -584,6 +606,22 @@ mod tests {
         assert!(!w.controller.queue.is_marked("od"), "unmarked, so a later pass can re-evaluate it");
         assert_eq!(w.controller.queue.failures_total, 1);
         assert!(w.cluster.deleted.is_empty(), "the on-demand node stays");
+    }
+
+    #[test]
+    fn replacements_get_their_pools_registration_timeout() {
+        let mut w = World::new();
+        w.pools[0].metadata.annotations =
+            Some([(labels::NODECLAIM_REGISTRATION_TIMEOUT.to_owned(), "25m".to_owned())].into());
+        w.tick(t(0));
+        w.tick(t(15));
+        assert!(w.tick(t(15 + 600)).is_empty(), "a slow-booting pool's replacement is not rolled back at 10 minutes");
+        assert!(w.tick(t(15 + 1499)).is_empty());
+        let events = w.tick(t(15 + 1500));
+        assert!(
+            matches!(&events[..], [Event::Finished(Outcome::RolledBack { reason, .. })] if reason.contains("in time")),
+            "{events:?}"
+        );
     }
 
     #[test]

@@ -412,7 +412,49 @@ fn drifted_nodes_are_replaced_and_expired_leases_go_to_spot_first() {
     let types_for = move |_: &NodePool| no_spot.clone();
     let pass = compute(&Inputs { state: &state, types_for: &types_for, settings: &s, now: now() });
     assert!(pass.commands.is_empty());
-    assert!(pass.unconsolidatable[0].reason.contains("no spot capacity to reclaim its on-demand lease"));
+    assert!(pass.unconsolidatable[0].reason.contains("no spot or reserved capacity to reclaim its on-demand lease"));
+}
+
+#[test]
+fn an_expired_lease_is_reclaimed_onto_owned_reserved_capacity() {
+    use CapacityType::*;
+    // An owned fleet bursts to on-demand under a lease; when a reserved machine is free again the lease
+    // path moves the pods back onto it rather than onto another on-demand node.
+    let owned: Vec<InstanceType> = gpu_catalog()
+        .into_iter()
+        .map(|mut t| {
+            let od: Vec<_> = t.offerings.iter().filter(|o| o.capacity_type == OnDemand).cloned().collect();
+            t.offerings.retain(|o| o.capacity_type == OnDemand);
+            t.offerings.extend(od.into_iter().map(|mut o| {
+                o.capacity_type = Reserved;
+                o.price *= 0.3;
+                o.reservation_id = Some("owned".into());
+                o.reservation_capacity = Some(1);
+                o
+            }));
+            t
+        })
+        .collect();
+    let fleet = Fleet { types: owned, ..Default::default() }
+        .pool("gpu", json!({"spec": {"template": {"spec": {"requirements": [{"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["reserved", "on-demand"]}]}}}}))
+        .node("leased", "gpu", "g5.2xlarge", "us-east-1a", OnDemand)
+        .pod("p", "leased", "4", 1, json!({}));
+    let mut state = fleet.state();
+    let claim = state.nodes[0].claim.as_mut().unwrap();
+    claim.set_condition(
+        crate::api::condition_types::DRIFTED,
+        crate::api::ConditionStatus::True,
+        ON_DEMAND_LEASE_EXPIRED,
+        "",
+        now(),
+    );
+    let types = fleet.types.clone();
+    let types_for = move |_: &NodePool| types.clone();
+    let s = Settings::default();
+    let pass = compute(&Inputs { state: &state, types_for: &types_for, settings: &s, now: now() });
+    assert_eq!(pass.method, Some(Method::Drift));
+    let r = &pass.commands[0].replacements[0];
+    assert_eq!(r.capacity_types, [Reserved], "the replacement is an owned machine, not another on-demand node");
 }
 
 #[test]
