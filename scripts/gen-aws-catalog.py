@@ -47,7 +47,10 @@ def main():
         print(f"    capacity: {{{cap}}}")
         print(f"    overhead: {{kubeReserved: {{cpu: {int(millis)}m, memory: {kube_mem}Mi}}, evictionThreshold: {{memory: 100Mi}}}}")
         labels = [f"kubernetes.io/arch: amd64", "kubernetes.io/os: linux", f"karpenter.k8s.aws/instance-family: {family}",
-                  f"karpenter.k8s.aws/instance-category: {family[0]}", f'karpenter.k8s.aws/instance-cpu: "{cpu}"']
+                  f"karpenter.k8s.aws/instance-category: {family[0]}", f'karpenter.k8s.aws/instance-cpu: "{cpu}"',
+                  f"karpenter.k8s.aws/instance-size: {t.split('.')[1]}",
+                  f'karpenter.k8s.aws/instance-generation: "{"".join(c for c in family if c.isdigit())}"',
+                  f'karpenter.k8s.aws/instance-memory: "{mem_mib}"']
         if gpus:
             labels += [f'karpenter.k8s.aws/instance-gpu-count: "{gpus}"',
                        f"karpenter.k8s.aws/instance-gpu-name: {s['gpu_name'].lower()}",

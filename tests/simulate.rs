@@ -194,7 +194,7 @@ fn every_example_scenario_loads() {
         names.push(s.name);
     }
     names.sort();
-    assert_eq!(names, ["diurnal-web", "gpu-training", "mixed-accelerators", "self-managed-burst"]);
+    assert_eq!(names, ["diurnal-web", "gpu-training", "large-web", "mixed-accelerators", "self-managed-burst"]);
 }
 
 #[test]

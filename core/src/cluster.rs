@@ -113,6 +113,10 @@ pub trait Objects {
     fn remove_node(&mut self, name: &str);
     /// Every pod.
     fn pods(&self) -> Vec<Pod>;
+    /// The pods bound to `node` (a field selector on `spec.nodeName` against an API server).
+    fn pods_on_node(&self, node: &str) -> Vec<Pod> {
+        self.pods().into_iter().filter(|p| pod_node(p) == Some(node)).collect()
+    }
     /// PodDisruptionBudgets.
     fn pdbs(&self) -> Vec<PodDisruptionBudget>;
     /// Names of the VolumeAttachments still bound to a node.
@@ -126,6 +130,11 @@ pub trait Objects {
 /// A node's `spec.providerID`.
 pub fn node_provider_id(node: &Node) -> Option<&str> {
     node.spec.as_ref()?.provider_id.as_deref()
+}
+
+/// The node a pod is bound to, from `spec.nodeName`.
+pub fn pod_node(pod: &Pod) -> Option<&str> {
+    pod.spec.as_ref()?.node_name.as_deref()
 }
 
 /// `namespace/name` of a pod.
@@ -171,6 +180,9 @@ impl Objects for InMemoryCluster {
     }
     fn pods(&self) -> Vec<Pod> {
         self.pods.values().cloned().collect()
+    }
+    fn pods_on_node(&self, node: &str) -> Vec<Pod> {
+        self.pods.values().filter(|p| pod_node(p) == Some(node)).cloned().collect()
     }
     fn pdbs(&self) -> Vec<PodDisruptionBudget> {
         self.pdbs.clone()

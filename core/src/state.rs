@@ -2,7 +2,7 @@
 //! per-node available resources. Built from Kubernetes objects (a watch, a simulator, or a snapshot file)
 //! and read by every decision.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::DaemonSet;
@@ -93,10 +93,12 @@ impl StateNode {
 pub struct StatePod {
     /// The scheduling view.
     pub info: PodInfo,
-    /// The Kubernetes object.
-    pub pod: Pod,
     /// Whether it has finished (Succeeded or Failed).
     pub terminal: bool,
+    /// Whether it is a static (mirror) pod, owned by its node.
+    pub static_pod: bool,
+    /// When it started running, or else when it was created.
+    pub started: Option<Timestamp>,
 }
 
 /// Everything the decisions read.
@@ -283,9 +285,9 @@ impl ClusterState {
         }
         // Claims whose node has not registered yet are capacity in flight: launched ones with their
         // instance's allocatable, not-yet-launched ones with what they were sized for.
+        let registered: HashSet<&str> = claim_for_node.values().map(|c| c.name()).collect();
         for c in claims {
-            let registered = claim_for_node.values().any(|x| x.name() == c.name());
-            if registered {
+            if registered.contains(c.name()) {
                 continue;
             }
             let status = c.status.clone().unwrap_or_default();
@@ -337,7 +339,14 @@ impl ClusterState {
                 node.host_ports.extend(info.host_ports.iter().cloned());
                 node.pods.push(i);
             }
-            state.pods.push(StatePod { info, pod: pod.clone(), terminal });
+            let static_pod = pod.metadata.owner_references.iter().flatten().any(|o| o.kind == "Node");
+            let started = pod
+                .status
+                .as_ref()
+                .and_then(|s| s.start_time.as_ref())
+                .or(pod.metadata.creation_timestamp.as_ref())
+                .map(|t| t.0);
+            state.pods.push(StatePod { info, terminal, static_pod, started });
         }
         for ds in daemon_sets {
             state.daemons.push(daemon_pod(ds)?);

@@ -88,11 +88,10 @@ pub fn pod_cost(pod: &StatePod) -> f64 {
 /// Whether the pod moves when its node goes: not finished, not a DaemonSet's, not a static pod, and not
 /// tolerating the disruption taint.
 pub fn reschedulable(pod: &StatePod) -> bool {
-    let static_pod = pod.pod.metadata.owner_references.iter().flatten().any(|o| o.kind == "Node");
     let disrupted = taints::taint(labels::DISRUPTED_TAINT, None, "NoSchedule");
     !pod.terminal
         && !pod.info.daemon
-        && !static_pod
+        && !pod.static_pod
         && !pod.info.tolerations.iter().any(|t| taints::tolerates(t, &disrupted))
 }
 
@@ -104,14 +103,7 @@ pub fn do_not_disrupt(pod: &StatePod, now: Timestamp) -> bool {
         return true;
     }
     let Ok(d) = parse_duration(v) else { return false };
-    let started = pod
-        .pod
-        .status
-        .as_ref()
-        .and_then(|s| s.start_time.as_ref())
-        .map(|t| t.0)
-        .or_else(|| pod.pod.metadata.creation_timestamp.as_ref().map(|t| t.0));
-    started.is_none_or(|s| clock::add(s, d) > now)
+    pod.started.is_none_or(|s| clock::add(s, d) > now)
 }
 
 fn resolve(value: &IntOrString, total: i32) -> i32 {

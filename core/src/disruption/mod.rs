@@ -168,6 +168,46 @@ pub fn compute(inputs: &Inputs<'_>) -> Pass {
     Pass { method: None, commands: Vec::new(), unconsolidatable: blocked }
 }
 
+/// How long a pass that found nothing is trusted while its digest stays the same. Prices, budgets and
+/// remaining lifetimes move without any object changing, so the fleet is examined afresh at least this often.
+pub const QUIET_RECHECK: std::time::Duration = std::time::Duration::from_secs(300);
+
+/// A digest of what a pass decides on: every node and pod and where it stands, the candidates (drifted,
+/// consolidatable now or not, their pods and prices), each pool's budget allowances, and the offerings
+/// each pool can buy. A pass whose digest matches the last one that found nothing would find nothing again,
+/// up to the slow drift of remaining lifetimes that [`QUIET_RECHECK`] bounds; the controller skips it, as an
+/// unchanged cluster needs no new simulation.
+pub fn digest(inputs: &Inputs<'_>) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    let state = inputs.state;
+    for n in &state.nodes {
+        (&n.name, &n.pool, n.deleting, n.ready, n.initialized, n.unschedulable).hash(&mut h);
+        (n.allocatable, n.requested, n.taints.len(), n.pods.len()).hash(&mut h);
+    }
+    for p in &state.pods {
+        (&p.info.key, &p.info.node_name, p.terminal).hash(&mut h);
+    }
+    let (cands, _) = candidates(state, inputs.types_for, inputs.now);
+    for c in &cands {
+        (&c.node, &c.drift, c.consolidatable, c.price.to_bits(), &c.pods).hash(&mut h);
+    }
+    for reason in [DisruptionReason::Empty, DisruptionReason::Drifted, DisruptionReason::Underutilized] {
+        for (pool, allowed, _) in allowances(state, reason, inputs.now) {
+            (pool, allowed).hash(&mut h);
+        }
+    }
+    for pool in &state.pools {
+        for it in (inputs.types_for)(pool) {
+            it.name.hash(&mut h);
+            for o in &it.offerings {
+                (&o.zone, o.capacity_type, o.price.to_bits(), o.available, o.reservation_capacity).hash(&mut h);
+            }
+        }
+    }
+    h.finish()
+}
+
 /// Keeps the first reason given for each node.
 fn dedupe(blocked: &mut Vec<Blocked>) {
     let mut seen = std::collections::HashSet::new();

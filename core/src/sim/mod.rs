@@ -91,6 +91,9 @@ pub struct Sim {
     /// Instance types (refreshed from the provider each provisioning pass).
     types: Vec<InstanceType>,
     next_gc: Timestamp,
+    /// The cluster's digest after a scheduling attempt that bound nothing: until it changes, pending pods
+    /// stay unschedulable (kube-scheduler's unschedulable queue).
+    unschedulable_at: Option<u64>,
     seq: u64,
     /// Disruption events, in order.
     pub events: Vec<(Timestamp, Event)>,
@@ -128,6 +131,7 @@ impl Sim {
             reserved: HashMap::new(),
             types: Vec::new(),
             next_gc: now,
+            unschedulable_at: None,
             seq: 0,
             events: Vec::new(),
             rebooted: HashMap::new(),
@@ -330,7 +334,19 @@ impl Sim {
             if let Some(l) = claim.and_then(|c| c.metadata.labels.as_ref()) {
                 labels.extend(l.iter().map(|(k, v)| (k.clone(), v.clone())));
             }
-            let taints = claim.map(|c| c.spec.taints.clone()).unwrap_or_default();
+            // A node being disrupted or deleted takes no new daemons: its disrupted taint is one no
+            // DaemonSet tolerates by default, and a drain that evicted a daemon must not see it come back.
+            let mut taints = claim.map(|c| c.spec.taints.clone()).unwrap_or_default();
+            taints.extend(
+                node.spec
+                    .iter()
+                    .flat_map(|s| s.taints.iter().flatten())
+                    .filter(|t| t.key == labels::DISRUPTED_TAINT)
+                    .cloned(),
+            );
+            if node.metadata.deletion_timestamp.is_some() {
+                continue;
+            }
             for (ds, daemon) in self.daemon_sets.iter().zip(&self.daemon_pods) {
                 let ds_name = ds.metadata.name.as_deref().unwrap_or_default();
                 let namespace = ds.metadata.namespace.as_deref().unwrap_or("default");
@@ -364,7 +380,61 @@ impl Sim {
     }
 
     /// The kube-scheduler: binds pending pods to nodes that fit.
+    /// Whether some pod waits for a node: unbound and not finished. Cheaper than building the state.
+    fn any_unbound(&self) -> bool {
+        self.cluster.pods.values().any(|p| {
+            p.spec.as_ref().is_some_and(|s| s.node_name.is_none())
+                && !matches!(p.status.as_ref().and_then(|s| s.phase.as_deref()), Some("Succeeded" | "Failed"))
+        })
+    }
+
+    /// Whether some node is on its way out (deleted, tainted as disrupted, or marked by the disruption
+    /// queue), so its pods need a new place.
+    fn any_leaving(&self) -> bool {
+        self.disruption.queue.has_marked()
+            || self.cluster.claims.values().any(|c| c.metadata.deletion_timestamp.is_some())
+            || self.cluster.nodes.values().any(|n| {
+                n.metadata.deletion_timestamp.is_some()
+                    || n.spec.iter().flat_map(|s| s.taints.iter().flatten()).any(|t| t.key == labels::DISRUPTED_TAINT)
+            })
+    }
+
+    /// A digest of what kube-scheduler decides on: pods and where they run, nodes with their taints,
+    /// allocatable and conditions.
+    fn scheduling_digest(&self) -> u64 {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        for (key, p) in &self.cluster.pods {
+            (key, p.spec.as_ref().and_then(|s| s.node_name.as_ref())).hash(&mut h);
+            p.status.as_ref().and_then(|s| s.phase.as_ref()).hash(&mut h);
+        }
+        for (name, n) in &self.cluster.nodes {
+            (name, n.metadata.deletion_timestamp.is_some()).hash(&mut h);
+            for t in n.spec.iter().flat_map(|s| s.taints.iter().flatten()) {
+                (&t.key, &t.effect).hash(&mut h);
+            }
+            if let Some(st) = n.status.as_ref() {
+                for (k, v) in st.allocatable.iter().flatten() {
+                    (k, &v.0).hash(&mut h);
+                }
+                for c in st.conditions.iter().flatten() {
+                    (&c.type_, &c.status).hash(&mut h);
+                }
+            }
+        }
+        h.finish()
+    }
+
     fn schedule_pods(&mut self, now: Timestamp) {
+        // Most steps bind nothing: skip building the cluster state when no pod waits for a node, or when
+        // nothing changed since an attempt that bound nothing.
+        if !self.any_unbound() {
+            return;
+        }
+        let digest = self.scheduling_digest();
+        if self.unschedulable_at == Some(digest) {
+            return;
+        }
         let state = self.state();
         // kube-scheduler sees the node's actual taints (unregistered, startup), not the ones planned for.
         let nodes: Vec<_> = state
@@ -385,14 +455,18 @@ impl Sim {
             })
             .collect();
         if nodes.is_empty() {
+            self.unschedulable_at = Some(digest);
             return;
         }
         let pending: Vec<_> = state.pending_pods().map(|p| p.info.clone()).collect();
         if pending.is_empty() {
+            self.unschedulable_at = Some(digest);
             return;
         }
         let results =
             Scheduler::new(Vec::new(), nodes, state.bound_pods(), &[], SchedulerOptions::default()).solve(pending);
+        let bound_any = results.existing.iter().any(|p| !p.pods.is_empty());
+        self.unschedulable_at = (!bound_any).then_some(digest);
         for placed in results.existing {
             for key in placed.pods {
                 if let Some(pod) = self.cluster.pods.get_mut(&key) {
@@ -406,6 +480,10 @@ impl Sim {
     }
 
     async fn provision(&mut self, now: Timestamp) {
+        // With no batch open and no pod to place, a pass would do nothing: skip building the state.
+        if !self.batcher.is_open() && !self.any_unbound() && !self.any_leaving() {
+            return;
+        }
         let state = self.state();
         let waiting = state.pods_to_place().any(|p| self.nominations.target(&p.info.key, now).is_none());
         // Pods waiting without capacity on its way open a batch window.
@@ -416,11 +494,7 @@ impl Sim {
             return;
         }
         self.batcher.reset();
-        if (self.types.is_empty() || self.seq.is_multiple_of(10))
-            && let Some(pool) = self.pools.first()
-        {
-            self.types = self.provider.instance_types(pool).await.unwrap_or_default();
-        }
+        self.refresh_types().await;
         let mut types = self.types.clone();
         self.unavailable.apply(self.provider.name(), &mut types, &[], now);
         let types_for = move |_: &NodePool| types.clone();
@@ -454,6 +528,15 @@ impl Sim {
         }
     }
 
+    /// Reads the offerings afresh (reserved capacity frees up, prices move); a failed read keeps the last.
+    async fn refresh_types(&mut self) {
+        if let Some(pool) = self.pools.first()
+            && let Ok(types) = self.provider.instance_types(pool).await
+        {
+            self.types = types;
+        }
+    }
+
     async fn reconcile_claims(&mut self, now: Timestamp) {
         let names: Vec<String> = self.cluster.claims.keys().cloned().collect();
         for name in names {
@@ -467,6 +550,8 @@ impl Sim {
     }
 
     async fn disrupt(&mut self, now: Timestamp) {
+        // Disruption prices against current offerings: owned machines freed, spot prices moved.
+        self.refresh_types().await;
         let state = self.state();
         let mut types = self.types.clone();
         self.unavailable.apply(self.provider.name(), &mut types, &[], now);
