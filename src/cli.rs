@@ -100,11 +100,25 @@ fn load_settings(cli: &Cli) -> Result<Loaded> {
     Ok(settings::load_from_process(cli.config.as_deref(), &cli.set)?)
 }
 
+/// The NodeClass CRDs of the providers built into the binary.
+fn node_class_crds() -> Vec<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>
+{
+    use kube::CustomResourceExt;
+    #[allow(unused_mut)]
+    let mut crds = vec![tenon_self_managed::SelfManagedNodeClass::crd()];
+    #[cfg(feature = "aws")]
+    crds.push(tenon_providers::aws::EC2NodeClass::crd());
+    crds
+}
+
 fn execute(operator: Operator, cli: Cli) -> Result<ExitCode> {
     let mut out = std::io::stdout().lock();
     match &cli.command {
         Command::Crds => {
             write!(out, "{}", tenon_core::api::crds_yaml().context("rendering the CRDs")?)?;
+            for crd in node_class_crds() {
+                write!(out, "---\n{}", serde_yaml_ng::to_string(&crd).context("rendering the CRDs")?)?;
+            }
         }
         Command::Settings => {
             let loaded = load_settings(&cli)?;

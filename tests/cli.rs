@@ -23,13 +23,17 @@ fn stderr(o: &Output) -> String {
 }
 
 #[test]
-fn crds_prints_both_custom_resource_definitions() {
+fn crds_prints_the_karpenter_kinds_and_the_node_classes_built_in() {
     let out = tenon(&["crds"], &[]);
     assert!(out.status.success(), "{}", stderr(&out));
     let docs: Vec<serde_json::Value> =
         stdout(&out).split("---\n").map(|d| serde_yaml_ng::from_str(d).expect("valid YAML")).collect();
     let names: Vec<&str> = docs.iter().filter_map(|d| d["metadata"]["name"].as_str()).collect();
-    assert_eq!(names, ["nodepools.karpenter.sh", "nodeclaims.karpenter.sh"]);
+    let mut expected = vec!["nodepools.karpenter.sh", "nodeclaims.karpenter.sh", "selfmanagednodeclasses.tenon.dev"];
+    if cfg!(feature = "aws") {
+        expected.push("ec2nodeclasses.karpenter.k8s.aws");
+    }
+    assert_eq!(names, expected);
 }
 
 #[test]

@@ -90,6 +90,9 @@ pub enum LifecycleError {
     },
 }
 
+/// How often an initialized claim's provider is asked whether the claim drifted.
+pub const DRIFT_CHECK_INTERVAL: Duration = Duration::from_secs(300);
+
 /// The claim lifecycle controller.
 #[derive(Debug)]
 pub struct Lifecycle {
@@ -98,6 +101,8 @@ pub struct Lifecycle {
     settings: Settings,
     /// Instances launched, by claim UID, so a lost status write never launches twice.
     launched: HashMap<String, Instance>,
+    /// When each initialized claim was last asked about provider drift, by claim name.
+    drift_checked: HashMap<String, Timestamp>,
     /// Counters.
     pub counters: Counters,
 }
@@ -120,7 +125,14 @@ fn node_ready(node: &Node) -> bool {
 impl Lifecycle {
     /// A controller over `registry`, sharing the unavailable-offerings cache with provisioning.
     pub fn new(registry: ProviderRegistry, unavailable: Arc<UnavailableOfferings>, settings: Settings) -> Self {
-        Self { registry, unavailable, settings, launched: HashMap::new(), counters: Counters::default() }
+        Self {
+            registry,
+            unavailable,
+            settings,
+            launched: HashMap::new(),
+            drift_checked: HashMap::new(),
+            counters: Counters::default(),
+        }
     }
 
     /// The registration timeout of a pool: its `karpenter.sh/nodeclaim-registration-timeout` annotation,
@@ -303,7 +315,7 @@ impl Lifecycle {
                         cluster.put_node(n);
                     }
                     claim.set_condition(condition_types::INITIALIZED, ConditionStatus::True, "Initialized", "", now);
-                    cluster.put_claim(claim);
+                    cluster.put_claim(claim.clone());
                 }
                 blocker => {
                     let why = blocker.flatten().unwrap_or_else(|| "node not found".into());
@@ -331,7 +343,26 @@ impl Lifecycle {
                 }
             }
         }
-        Ok(Next::Done)
+
+        // Provider drift (image, network, NodeClass hash), asked every DRIFT_CHECK_INTERVAL; a failed
+        // check is asked again next time.
+        if claim.is_true(condition_types::DRIFTED) {
+            return Ok(Next::Done);
+        }
+        let last = self.drift_checked.get(claim.name()).copied();
+        if let Some(t) = last
+            && clock::since(now, t) < DRIFT_CHECK_INTERVAL
+        {
+            return Ok(Next::After(DRIFT_CHECK_INTERVAL - clock::since(now, t)));
+        }
+        self.drift_checked.insert(claim.name().to_owned(), now);
+        if let Ok(Some(reason)) = provider.is_drifted(&claim).await {
+            tracing::info!(claim = claim.name(), reason = %reason, "provider reports drift");
+            claim.set_condition(condition_types::DRIFTED, ConditionStatus::True, &reason.0, "", now);
+            cluster.put_claim(claim);
+            return Ok(Next::Done);
+        }
+        Ok(Next::After(DRIFT_CHECK_INTERVAL))
     }
 
     async fn finalize(
@@ -340,6 +371,7 @@ impl Lifecycle {
         claim: NodeClaim,
         now: Timestamp,
     ) -> Result<Next, LifecycleError> {
+        self.drift_checked.remove(claim.name());
         let provider = self.registry.for_claim(&claim)?.clone();
         if let Some(pid) = claim.provider_id() {
             // Drain the node first, unless it is NotReady and its instance is already gone.

@@ -583,3 +583,21 @@ async fn volumes_detach_before_the_instance_goes_and_deleting_the_node_deletes_t
     assert!(w.gone("c1"));
     assert!(!w.cluster.nodes.contains_key("node-c1"));
 }
+
+/// Provider drift (an image or NodeClass change only the provider can see) reaches the claim's Drifted
+/// condition, for disruption to act on; the provider is asked at most every DRIFT_CHECK_INTERVAL.
+#[tokio::test]
+async fn provider_drift_marks_the_claim_drifted() {
+    let mut w = World::new();
+    running(&mut w, "c1").await;
+    assert!(!w.cluster.claims["c1"].is_true(condition_types::DRIFTED));
+    let pid = w.cluster.claims["c1"].provider_id().unwrap().to_owned();
+    w.cloud.set_drifted(&pid, "AMIDrift");
+    let next = w.step("c1").await;
+    assert!(!w.cluster.claims["c1"].is_true(condition_types::DRIFTED), "asked again only after the interval");
+    assert!(matches!(next, Next::After(d) if d <= super::DRIFT_CHECK_INTERVAL), "{next:?}");
+    w.clock.advance(super::DRIFT_CHECK_INTERVAL);
+    w.step("c1").await;
+    let drifted = w.cluster.claims["c1"].condition(condition_types::DRIFTED).unwrap();
+    assert_eq!((drifted.status, drifted.reason.as_str()), (crate::api::ConditionStatus::True, "AMIDrift"));
+}
