@@ -15,7 +15,8 @@ use tenon_core::api::{NodeClaim, NodeClassRef, NodePool, NodeSelectorRequirement
 use tenon_core::clock::{self, SharedClock, SystemClock};
 use tenon_core::cloud::{
     CapacityType, CloudError, CloudProvider, DriftReason, DynCloudProvider, Instance, InstanceState, InstanceType,
-    LaunchOptions, Lease, NodeClassKind, OfferingKey, ProviderDescriptor, RepairPolicy, default_repair_policies,
+    LaunchOptions, Lease, NodeClassKind, Offering, OfferingKey, ProviderDescriptor, RepairPolicy,
+    default_repair_policies,
 };
 use tenon_core::resources::Resources;
 
@@ -239,21 +240,6 @@ pub struct SelfManagedProvider {
 /// The provider id of a machine.
 pub fn provider_id(node_class: &str, machine: &str) -> String {
     format!("{PROVIDER_ID_SCHEME}{node_class}/{machine}")
-}
-
-fn requirement_holds(req: &NodeSelectorRequirement, it: &InstanceType, zone: &str, ct: CapacityType) -> bool {
-    let key = labels::normalize(&req.key);
-    let value = match key {
-        labels::ZONE => Some(zone),
-        labels::CAPACITY_TYPE => Some(ct.as_str()),
-        labels::INSTANCE_TYPE => Some(it.name.as_str()),
-        other => match it.labels.get(other) {
-            Some(v) => Some(v.as_str()),
-            // Keys the type does not define (template labels, the pool) are the node's, not the type's.
-            None => return true,
-        },
-    };
-    req.matches(value)
 }
 
 /// What a delete poll does next.
@@ -555,11 +541,10 @@ impl SelfManagedProvider {
                     overhead: Default::default(),
                     offerings: Vec::new(),
                 };
-                claim
-                    .spec
-                    .requirements
-                    .iter()
-                    .all(|r| requirement_holds(r, &it, &s.machine.domain, CapacityType::Reserved))
+                let mut offering = Offering::new(s.machine.domain.clone(), CapacityType::Reserved, 0.0);
+                offering.reservation_id =
+                    Some(crate::inventory::reservation_id(&s.machine.node_class, &s.machine.class, &s.machine.domain));
+                it.offering_meets(&offering, &claim.spec.requirements)
             })
             .collect()
     }

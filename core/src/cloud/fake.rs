@@ -16,7 +16,7 @@ use super::{
     CapacityType, CloudError, CloudProvider, DriftReason, Instance, InstanceState, InstanceType, Interruption,
     InterruptionKind, LaunchOptions, Lease, NodeClassKind, Offering, OfferingKey, ProviderDescriptor, RepairPolicy,
 };
-use crate::api::{NodeClaim, NodePool, NodeSelectorRequirement, labels};
+use crate::api::{NodeClaim, NodePool, labels};
 use crate::clock::{self, SharedClock, SystemClock};
 use crate::resources::Resources;
 
@@ -414,22 +414,6 @@ impl FakeCloud {
     }
 }
 
-fn requirement_holds(req: &NodeSelectorRequirement, it: &InstanceType, offering: &Offering) -> bool {
-    let key = labels::normalize(&req.key);
-    let value = match key {
-        labels::ZONE => Some(offering.zone.as_str()),
-        labels::CAPACITY_TYPE => Some(offering.capacity_type.as_str()),
-        labels::INSTANCE_TYPE => Some(it.name.as_str()),
-        labels::RESERVATION_ID => offering.reservation_id.as_deref(),
-        other => match it.labels.get(other) {
-            Some(v) => Some(v.as_str()),
-            // Keys the type does not define (template labels, the pool) are the node's, not the type's.
-            None => return true,
-        },
-    };
-    req.matches(value)
-}
-
 #[async_trait]
 impl CloudProvider for FakeCloud {
     fn name(&self) -> &str {
@@ -485,7 +469,7 @@ impl CloudProvider for FakeCloud {
                 if o.available
                     && !reserved_full
                     && !options.is_unavailable(&o.key(&it.name))
-                    && claim.spec.requirements.iter().all(|r| requirement_holds(r, it, o))
+                    && it.offering_meets(o, &claim.spec.requirements)
                 {
                     candidates.push((ti, oi));
                 }
@@ -666,7 +650,7 @@ impl CloudProvider for FakeCloud {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::{NodeClaimSpec, NodeClaimStatus, Operator};
+    use crate::api::{NodeClaimSpec, NodeClaimStatus, NodeSelectorRequirement, Operator};
     use crate::clock::{Clock, VirtualClock};
     use crate::cloud::conformance::{self, Harness};
 

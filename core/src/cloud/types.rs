@@ -161,6 +161,26 @@ pub struct InstanceType {
 }
 
 impl InstanceType {
+    /// Whether launching this type as `offering` meets every one of `requirements` (a claim's). Zone,
+    /// capacity type, instance type and reservation come from the offering and the type; other keys the
+    /// type defines must match its labels, and keys it does not define (template labels, the pool's) are the
+    /// node's own and hold.
+    pub fn offering_meets(&self, offering: &Offering, requirements: &[crate::api::NodeSelectorRequirement]) -> bool {
+        requirements.iter().all(|req| {
+            let value = match labels::normalize(&req.key) {
+                labels::ZONE => Some(offering.zone.as_str()),
+                labels::CAPACITY_TYPE => Some(offering.capacity_type.as_str()),
+                labels::INSTANCE_TYPE => Some(self.name.as_str()),
+                labels::RESERVATION_ID => offering.reservation_id.as_deref(),
+                other => match self.labels.get(other) {
+                    Some(v) => Some(v.as_str()),
+                    None => return true,
+                },
+            };
+            req.matches(value)
+        })
+    }
+
     /// Capacity minus overhead, never negative.
     pub fn allocatable(&self) -> Resources {
         self.capacity.sub_clamped(&self.overhead.total())

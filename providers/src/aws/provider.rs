@@ -10,7 +10,7 @@ use async_trait::async_trait;
 use aws_sdk_ec2::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
 use aws_sdk_ec2::types as ec2;
 use jiff::Timestamp;
-use tenon_core::api::{NodeClaim, NodeClassRef, NodePool, NodeSelectorRequirement, labels};
+use tenon_core::api::{NodeClaim, NodeClassRef, NodePool, labels};
 use tenon_core::clock::{self, SharedClock, SystemClock};
 use tenon_core::cloud::{
     CapacityType, CloudError, CloudProvider, DriftReason, Instance, InstanceState, InstanceType, Interruption,
@@ -169,23 +169,6 @@ pub fn instance_id(provider_id: &str) -> Result<&str, CloudError> {
 /// `aws:///<zone>/<id>`.
 pub fn provider_id(zone: &str, instance_id: &str) -> String {
     format!("aws:///{zone}/{instance_id}")
-}
-
-/// Whether `value` (a label of the type or offering) satisfies `req`; keys the type does not define are the
-/// node's own (pool labels) and hold.
-fn requirement_holds(req: &NodeSelectorRequirement, it: &InstanceType, offering: &Offering) -> bool {
-    let key = labels::normalize(&req.key);
-    let value = match key {
-        labels::ZONE => Some(offering.zone.as_str()),
-        labels::CAPACITY_TYPE => Some(offering.capacity_type.as_str()),
-        labels::INSTANCE_TYPE => Some(it.name.as_str()),
-        labels::RESERVATION_ID => offering.reservation_id.as_deref(),
-        other => match it.labels.get(other) {
-            Some(v) => Some(v.as_str()),
-            None => return true,
-        },
-    };
-    req.matches(value)
 }
 
 impl AwsProvider {
@@ -1130,7 +1113,7 @@ impl AwsProvider {
                 if o.available
                     && !options.is_unavailable(&o.key(&it.name))
                     && subnet_of.contains_key(o.zone.as_str())
-                    && claim.spec.requirements.iter().all(|r| requirement_holds(r, it, o))
+                    && it.offering_meets(o, &claim.spec.requirements)
                 {
                     candidates.push((it, o));
                 }
@@ -1560,6 +1543,7 @@ impl AwsProvider {
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
+    use tenon_core::api::NodeSelectorRequirement;
     use tenon_core::api::{NodeClaimSpec, Operator};
 
     fn provider() -> AwsProvider {
