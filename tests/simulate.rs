@@ -166,6 +166,20 @@ fn fleet_pricing_consolidation_costs_less_than_upstream_defaults() {
     // made fleet pricing launch six times as many nodes as upstream.
     let launches = |i: usize| runs[i]["report"]["launches"].as_u64().unwrap();
     assert!(launches(1) <= 3 * launches(0), "{} launches against {}", launches(1), launches(0));
+    // Disruptions are counted when their command completes: one per node replaced or deleted, none for
+    // proposals rejected on validation or commands rolled back.
+    for i in 0..2 {
+        let report = &runs[i]["report"];
+        let counted: u64 = report["disruptions"].as_object().unwrap().values().map(|v| v.as_u64().unwrap()).sum();
+        let done: usize = report["decisions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|d| d["what"].as_str()?.strip_prefix("replaced "))
+            .map(|w| w.split(" with ").next().unwrap().split(", ").count())
+            .sum();
+        assert_eq!(counted, done as u64, "run {i}");
+    }
 }
 
 #[test]
@@ -194,7 +208,10 @@ fn every_example_scenario_loads() {
         names.push(s.name);
     }
     names.sort();
-    assert_eq!(names, ["diurnal-web", "gpu-training", "large-web", "mixed-accelerators", "self-managed-burst"]);
+    assert_eq!(
+        names,
+        ["diurnal-web", "gpu-fleet-large", "gpu-training", "large-web", "mixed-accelerators", "self-managed-burst"]
+    );
 }
 
 #[test]

@@ -113,6 +113,11 @@ pub trait Objects {
     fn remove_node(&mut self, name: &str);
     /// Every pod.
     fn pods(&self) -> Vec<Pod>;
+    /// Every running pod that moves with its node, as `(namespace/name, node)`: bound, not finished, not a
+    /// DaemonSet's. What the pod-events controller watches.
+    fn pod_bindings(&self) -> Vec<(String, String)> {
+        self.pods().iter().filter_map(pod_binding).collect()
+    }
     /// The pods bound to `node` (a field selector on `spec.nodeName` against an API server).
     fn pods_on_node(&self, node: &str) -> Vec<Pod> {
         self.pods().into_iter().filter(|p| pod_node(p) == Some(node)).collect()
@@ -130,6 +135,14 @@ pub trait Objects {
 /// A node's `spec.providerID`.
 pub fn node_provider_id(node: &Node) -> Option<&str> {
     node.spec.as_ref()?.provider_id.as_deref()
+}
+
+/// `(namespace/name, node)` for a pod bound to a node, not finished and not owned by a DaemonSet.
+pub fn pod_binding(pod: &Pod) -> Option<(String, String)> {
+    let node = pod_node(pod)?;
+    let finished = matches!(pod.status.as_ref().and_then(|s| s.phase.as_deref()), Some("Succeeded" | "Failed"));
+    let daemon = pod.metadata.owner_references.iter().flatten().any(|o| o.kind == "DaemonSet");
+    (!finished && !daemon).then(|| (pod_key(pod), node.to_owned()))
 }
 
 /// The node a pod is bound to, from `spec.nodeName`.
@@ -183,6 +196,9 @@ impl Objects for InMemoryCluster {
     }
     fn pods_on_node(&self, node: &str) -> Vec<Pod> {
         self.pods.values().filter(|p| pod_node(p) == Some(node)).cloned().collect()
+    }
+    fn pod_bindings(&self) -> Vec<(String, String)> {
+        self.pods.values().filter_map(pod_binding).collect()
     }
     fn pdbs(&self) -> Vec<PodDisruptionBudget> {
         self.pdbs.clone()

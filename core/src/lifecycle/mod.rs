@@ -5,7 +5,7 @@
 //! [`Lifecycle::collect_garbage`] reconciles the claims against what the providers list. Both run over the
 //! [`Objects`] port and the [`ProviderRegistry`], so they are tested in virtual time against `FakeCloud`.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -88,6 +88,61 @@ pub enum LifecycleError {
         /// The error.
         source: CloudError,
     },
+}
+
+/// The pod-events controller: when a pod lands on a node, or leaves it (deleted, evicted, finished), the
+/// node's claim records the time as `status.lastPodEventTime`. A pool's `consolidateAfter` counts from it,
+/// so a node that just took pods (a replacement, a node the scheduler is filling) is not consolidated
+/// under them. DaemonSet pods come and go with their node and are not events.
+#[derive(Debug, Default)]
+pub struct PodEvents {
+    bound: HashMap<String, String>,
+}
+
+impl PodEvents {
+    /// Compares the pods' bindings with the last call and stamps the claims of the nodes that changed.
+    pub fn observe(&mut self, cluster: &mut dyn Objects, now: Timestamp) {
+        let current: HashMap<String, String> = cluster.pod_bindings().into_iter().collect();
+        let mut touched: BTreeSet<&str> = BTreeSet::new();
+        for (pod, node) in &current {
+            match self.bound.get(pod) {
+                Some(old) if old == node => {}
+                Some(old) => {
+                    touched.insert(old);
+                    touched.insert(node);
+                }
+                None => {
+                    touched.insert(node);
+                }
+            }
+        }
+        for (pod, node) in &self.bound {
+            if !current.contains_key(pod) {
+                touched.insert(node);
+            }
+        }
+        if !touched.is_empty() {
+            let mut claims: Vec<NodeClaim> = Vec::new();
+            for node in &touched {
+                // A claim is usually named after its node; otherwise its status names the node.
+                let claim = cluster
+                    .claim(node)
+                    .filter(|c| c.status.as_ref().and_then(|s| s.node_name.as_deref()) == Some(*node))
+                    .or_else(|| {
+                        cluster
+                            .claims()
+                            .into_iter()
+                            .find(|c| c.status.as_ref().and_then(|s| s.node_name.as_deref()) == Some(*node))
+                    });
+                claims.extend(claim);
+            }
+            for mut claim in claims {
+                claim.status.get_or_insert_with(Default::default).last_pod_event_time = Some(now);
+                cluster.put_claim(claim);
+            }
+        }
+        self.bound = current;
+    }
 }
 
 /// How often an initialized claim's provider is asked whether the claim drifted.

@@ -601,3 +601,42 @@ async fn provider_drift_marks_the_claim_drifted() {
     let drifted = w.cluster.claims["c1"].condition(condition_types::DRIFTED).unwrap();
     assert_eq!((drifted.status, drifted.reason.as_str()), (crate::api::ConditionStatus::True, "AMIDrift"));
 }
+
+/// Pod events: a pod landing on a node or leaving it stamps the node's claim with the time, which
+/// `consolidateAfter` counts from; a quiet node keeps its stamp, and DaemonSet pods are not events.
+#[tokio::test]
+async fn pod_events_stamp_the_claim_of_the_node_they_touch() {
+    let mut w = World::new();
+    running(&mut w, "c1").await;
+    let stamp = |w: &World| w.cluster.claims["c1"].status.as_ref().and_then(|s| s.last_pod_event_time);
+    let mut events = super::PodEvents::default();
+    events.observe(&mut w.cluster, w.clock.now());
+    assert_eq!(stamp(&w), None, "no pods yet");
+
+    bound_pod(&mut w, "web", "node-c1", json!({}));
+    w.clock.advance(Duration::from_secs(60));
+    let landed = w.clock.now();
+    events.observe(&mut w.cluster, landed);
+    assert_eq!(stamp(&w), Some(landed), "a pod landed");
+
+    w.clock.advance(Duration::from_secs(60));
+    events.observe(&mut w.cluster, w.clock.now());
+    assert_eq!(stamp(&w), Some(landed), "nothing moved");
+
+    bound_pod(
+        &mut w,
+        "agent",
+        "node-c1",
+        json!({"metadata": {"ownerReferences": [
+        {"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "agent", "uid": "u"}]}}),
+    );
+    w.clock.advance(Duration::from_secs(60));
+    events.observe(&mut w.cluster, w.clock.now());
+    assert_eq!(stamp(&w), Some(landed), "a DaemonSet pod is not an event");
+
+    w.cluster.pods.remove("default/web");
+    w.clock.advance(Duration::from_secs(60));
+    let left = w.clock.now();
+    events.observe(&mut w.cluster, left);
+    assert_eq!(stamp(&w), Some(left), "a pod left");
+}

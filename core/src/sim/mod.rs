@@ -94,6 +94,8 @@ pub struct Sim {
     /// The cluster's digest after a scheduling attempt that bound nothing: until it changes, pending pods
     /// stay unschedulable (kube-scheduler's unschedulable queue).
     unschedulable_at: Option<u64>,
+    /// Pod events stamped on claims, for `consolidateAfter`.
+    pub pod_events: crate::lifecycle::PodEvents,
     seq: u64,
     /// Disruption events, in order.
     pub events: Vec<(Timestamp, Event)>,
@@ -132,6 +134,7 @@ impl Sim {
             types: Vec::new(),
             next_gc: now,
             unschedulable_at: None,
+            pod_events: Default::default(),
             seq: 0,
             events: Vec::new(),
             rebooted: HashMap::new(),
@@ -226,6 +229,7 @@ impl Sim {
         self.provision(now).await;
         let _ = self.lifecycle.poll_interruptions(&mut self.cluster, now).await;
         self.reconcile_claims(now).await;
+        self.pod_events.observe(&mut self.cluster, now);
         // Garbage collection every two minutes; a failed run (a throttled list) is retried next tick.
         if now >= self.next_gc && self.lifecycle.collect_garbage(&mut self.cluster, now).await.is_ok() {
             self.next_gc = clock::add(now, Duration::from_secs(120));

@@ -1,7 +1,7 @@
 //! Scenario files for `tenon simulate`: a workload, a catalog, NodePools and events, replayed in virtual
 //! time against the real controllers, with a cost report.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -435,7 +435,8 @@ pub struct Report {
     pub node_hours: f64,
     /// Seconds from a pod's creation to its binding: p50, p95, max.
     pub time_to_schedule_seconds: Percentiles,
-    /// Disruptions by reason.
+    /// Nodes disrupted, by the method that proposed it; counted when the command completes (rejected and
+    /// rolled-back commands disrupt nothing).
     pub disruptions: BTreeMap<String, u64>,
     /// Instances launched.
     pub launches: u64,
@@ -588,6 +589,9 @@ pub async fn run(scenario: &Scenario, settings: Settings, progress: &mut dyn FnM
     let mut failing_readiness: Option<(Timestamp, f64)> = None;
     let mut seen_instances: std::collections::HashSet<String> = std::collections::HashSet::new();
     let mut by_ct: BTreeMap<String, f64> = BTreeMap::new();
+    // The method that proposed each node's disruption, until the command completes. The simulated cluster
+    // names a node after its claim.
+    let mut proposed: HashMap<String, String> = HashMap::new();
     let mut events_seen = 0;
     let steps = (total.as_secs() / step.as_secs().max(1)) as usize;
     for i in 0..steps {
@@ -771,16 +775,27 @@ pub async fn run(scenario: &Scenario, settings: Settings, progress: &mut dyn FnM
                 Event::Rejected { nodes, reason } => {
                     Some(format!("rejected disruption of {}: {reason}", nodes.join(", ")))
                 }
-                Event::Finished(Outcome::Completed { claims, replacements }) => Some(format!(
-                    "replaced {} with {}",
-                    claims.join(", "),
-                    if replacements.is_empty() { "nothing".into() } else { replacements.join(", ") }
-                )),
+                Event::Finished(Outcome::Completed { claims, replacements }) => {
+                    // A disruption counts once done: proposals rejected on validation and commands rolled
+                    // back disrupted nothing.
+                    for c in claims {
+                        if let Some(method) = proposed.remove(c) {
+                            *report.disruptions.entry(method).or_default() += 1;
+                        }
+                    }
+                    Some(format!(
+                        "replaced {} with {}",
+                        claims.join(", "),
+                        if replacements.is_empty() { "nothing".into() } else { replacements.join(", ") }
+                    ))
+                }
                 Event::Finished(Outcome::RolledBack { nodes, reason }) => {
                     Some(format!("rolled back {}: {reason}", nodes.join(", ")))
                 }
                 Event::Proposed { method, nodes } => {
-                    *report.disruptions.entry(format!("{method:?}")).or_default() += nodes.len() as u64;
+                    for n in nodes {
+                        proposed.insert(n.clone(), format!("{method:?}"));
+                    }
                     None
                 }
                 Event::Reboot { node, .. } => Some(format!("rebooted {node}")),
