@@ -152,28 +152,8 @@ impl InventoryError {
 
 /// Parses and validates a `SelfManagedNodeClass` from YAML; errors name the field.
 pub fn parse_node_class(text: &str) -> Result<SelfManagedNodeClass, InventoryError> {
-    let value: serde_json::Value = serde_yaml_ng::from_str(text)
-        .map_err(|e| InventoryError::new(KIND, "", format!("not a YAML document: {e}")))?;
-    let object = match value.pointer("/metadata/name").and_then(|v| v.as_str()) {
-        Some(name) => format!("{KIND}/{name}"),
-        None => KIND.to_owned(),
-    };
-    let api_version = value.get("apiVersion").and_then(|v| v.as_str()).unwrap_or_default();
-    if api_version != format!("{GROUP}/{VERSION}") {
-        return Err(InventoryError::new(
-            &object,
-            "apiVersion",
-            format!("expected \"{GROUP}/{VERSION}\", got {api_version:?}"),
-        ));
-    }
-    let kind = value.get("kind").and_then(|v| v.as_str()).unwrap_or_default();
-    if kind != KIND {
-        return Err(InventoryError::new(&object, "kind", format!("expected {KIND:?}, got {kind:?}")));
-    }
-    let class: SelfManagedNodeClass = serde_path_to_error::deserialize(&value).map_err(|e| {
-        let field = e.path().to_string();
-        InventoryError::new(&object, if field == "." { String::new() } else { field }, e.into_inner().to_string())
-    })?;
+    let class: SelfManagedNodeClass = tenon_core::api::parse_manifest(&format!("{GROUP}/{VERSION}"), KIND, text)
+        .map_err(|e| InventoryError { object: e.object, field: e.field, message: e.message })?;
     class.resolve()?;
     Ok(class)
 }

@@ -20,7 +20,7 @@ pub use nodepool::{
     NodeClassRef, NodePool, NodePoolSpec, NodePoolStatus, TemplateMetadata, parse_schedule,
 };
 pub use requirements::{NodeSelectorRequirement, Operator};
-pub use validation::{ValidationError, parse_node_claim, parse_node_pool};
+pub use validation::{ValidationError, parse_manifest, parse_node_claim, parse_node_pool};
 
 /// The API group of `NodePool` and `NodeClaim`.
 pub const GROUP: &str = "karpenter.sh";

@@ -57,37 +57,38 @@ pub(crate) fn from_value<T: DeserializeOwned>(kind: &str, value: &serde_json::Va
     })
 }
 
-fn parse_document(kind: &str, text: &str) -> Result<serde_json::Value, ValidationError> {
+/// Parses one manifest (YAML or JSON) of `api_version` and `kind` into `T`: a document that is not YAML,
+/// names another version or kind, or does not fit `T` is an error naming the object and the field. Provider
+/// crates read their NodeClasses with it.
+pub fn parse_manifest<T: DeserializeOwned>(api_version: &str, kind: &str, text: &str) -> Result<T, ValidationError> {
     let value: serde_json::Value = serde_yaml_ng::from_str(text)
         .map_err(|e| ValidationError::new(kind, "", format!("not a YAML document: {e}")))?;
     let object = object_name(kind, &value);
-    let api_version = value.get("apiVersion").and_then(|v| v.as_str()).unwrap_or_default();
-    if api_version != "karpenter.sh/v1" {
+    let got_version = value.get("apiVersion").and_then(|v| v.as_str()).unwrap_or_default();
+    if got_version != api_version {
         return Err(ValidationError::new(
             &object,
             "apiVersion",
-            format!("expected \"karpenter.sh/v1\", got {api_version:?}"),
+            format!("expected {api_version:?}, got {got_version:?}"),
         ));
     }
     let got_kind = value.get("kind").and_then(|v| v.as_str()).unwrap_or_default();
     if got_kind != kind {
         return Err(ValidationError::new(&object, "kind", format!("expected {kind:?}, got {got_kind:?}")));
     }
-    Ok(value)
+    from_value(kind, &value)
 }
 
 /// Parses and validates one NodePool manifest (YAML or JSON).
 pub fn parse_node_pool(text: &str) -> Result<NodePool, ValidationError> {
-    let value = parse_document("NodePool", text)?;
-    let pool: NodePool = from_value("NodePool", &value)?;
+    let pool: NodePool = parse_manifest("karpenter.sh/v1", "NodePool", text)?;
     pool.validate()?;
     Ok(pool)
 }
 
 /// Parses and validates one NodeClaim manifest (YAML or JSON).
 pub fn parse_node_claim(text: &str) -> Result<NodeClaim, ValidationError> {
-    let value = parse_document("NodeClaim", text)?;
-    let claim: NodeClaim = from_value("NodeClaim", &value)?;
+    let claim: NodeClaim = parse_manifest("karpenter.sh/v1", "NodeClaim", text)?;
     claim.validate()?;
     Ok(claim)
 }
