@@ -11,16 +11,17 @@ if [[ -z $browser ]]; then
   exit 2
 fi
 mkdir -p "$out"
+out=$(realpath "$out")
 cargo run --quiet -- simulate "$scenario" --report "$out/report.html" >/dev/null
 flags=(--headless --no-sandbox --disable-gpu --window-size=1000,2400)
 # Rendered DOM, with the network switched off: every chart must be there after layout.
-"$browser" "${flags[@]}" --dump-dom "file://$PWD/$out/report.html" 2>/dev/null >"$out/dom.html"
+"$browser" "${flags[@]}" --dump-dom "file://$out/report.html" 2>/dev/null >"$out/dom.html"
 charts=$(grep -o '<svg' "$out/dom.html" | wc -l)
 if [[ $charts -ne 5 ]]; then
   echo "expected 5 rendered charts, found $charts" >&2
   exit 1
 fi
-"$browser" "${flags[@]}" --screenshot="$out/report.png" "file://$PWD/$out/report.html" 2>/dev/null
+"$browser" "${flags[@]}" --screenshot="$out/report.png" "file://$out/report.html" 2>/dev/null
 size=$(stat -c %s "$out/report.png")
 if [[ $size -lt 20000 ]]; then
   echo "the screenshot is nearly empty ($size bytes)" >&2

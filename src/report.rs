@@ -142,7 +142,7 @@ table{{border-collapse:collapse;margin:1rem 0}}td,th{{border:1px solid #ddd;padd
     for (ct, c) in &r.cost_per_hour_by_capacity_type {
         let _ = write!(out, "<tr><td>{}</td><td>${c:.2}</td></tr>", esc(ct));
     }
-    out.push_str("</table><table><tr><th>disruption method</th><th>nodes proposed</th></tr>");
+    out.push_str("</table><table><tr><th>disruption method</th><th>nodes disrupted</th></tr>");
     for (m, n) in &r.disruptions {
         let _ = write!(out, "<tr><td>{}</td><td>{n}</td></tr>", esc(m));
     }
