@@ -210,7 +210,15 @@ fn every_example_scenario_loads() {
     names.sort();
     assert_eq!(
         names,
-        ["diurnal-web", "gpu-fleet-large", "gpu-training", "large-web", "mixed-accelerators", "self-managed-burst"]
+        [
+            "diurnal-web",
+            "gke-inference",
+            "gpu-fleet-large",
+            "gpu-training",
+            "large-web",
+            "mixed-accelerators",
+            "self-managed-burst"
+        ]
     );
 }
 
