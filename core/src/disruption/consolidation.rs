@@ -111,7 +111,23 @@ impl<'a> Simulator<'a> {
             sim = sim.with_options(options);
         }
         let pods: Vec<PodInfo> = cands.iter().flat_map(|c| c.pods.iter().map(|i| self.pods[*i].clone())).collect();
-        sim.solve(pods)
+        let mut results = sim.solve(pods);
+        // A candidate's pods may not count on a node that is not initialized and Ready: deleting a node on
+        // the promise of capacity still booting moves its pods onto room that other pods are waiting for.
+        let state = self.inputs.state;
+        let unsettled =
+            |name: &str| state.nodes.iter().find(|n| n.name == name).is_none_or(|n| !n.initialized || !n.ready);
+        let (settled, booting): (Vec<_>, Vec<_>) = results.existing.into_iter().partition(|p| !unsettled(&p.node));
+        results.existing = settled;
+        for placement in booting {
+            for pod in placement.pods {
+                results.unschedulable.push(crate::scheduling::Unschedulable {
+                    pod,
+                    reason: format!("would schedule against uninitialized node {}", placement.node),
+                });
+            }
+        }
+        results
     }
 
     fn refs(cands: &[&Candidate]) -> Vec<CandidateRef> {

@@ -555,3 +555,28 @@ fn room_promised_to_pending_or_deleting_nodes_pods_is_not_room_for_candidates() 
     let commands = Simulator::new(&inputs, &cands).single_node(&cands, std::time::Instant::now()).0;
     assert!(!commands.is_empty() && commands.iter().all(|c| c.decision != Decision::Delete), "{commands:?}");
 }
+
+#[test]
+fn pods_do_not_move_onto_nodes_still_booting() {
+    use CapacityType::*;
+    let fleet = Fleet { types: gpu_catalog(), ..Default::default() }
+        .pool("gpu", json!({}))
+        .node("busy", "gpu", "g5.2xlarge", "us-east-1a", Spot)
+        .node("booting", "gpu", "g5.2xlarge", "us-east-1a", Spot)
+        .pod("p", "busy", "1", 0, json!({}))
+        .pod("q", "booting", "1", 0, json!({}));
+    let types = fleet.types.clone();
+    let types_for = move |_: &NodePool| types.clone();
+    let settings = Settings::default();
+    // Both initialized: one pod joins the other and a node goes.
+    let state = fleet.state();
+    let pass = compute(&Inputs { state: &state, types_for: &types_for, settings: &settings, now: now() });
+    assert_eq!(pass.method, Some(Method::SingleNodeConsolidation), "{:?}", pass.unconsolidatable);
+    // `booting` not initialized yet: `busy` may not be deleted on the promise of its room.
+    let mut state = fleet.state();
+    state.nodes.iter_mut().find(|n| n.name == "booting").unwrap().initialized = false;
+    let pass = compute(&Inputs { state: &state, types_for: &types_for, settings: &settings, now: now() });
+    assert!(pass.commands.iter().all(|c| c.candidates.iter().all(|x| x.node != "busy")), "{:?}", pass.commands);
+    let note = pass.unconsolidatable.iter().find(|b| b.node == "busy").unwrap();
+    assert!(note.reason.contains("uninitialized node booting"), "{}", note.reason);
+}
