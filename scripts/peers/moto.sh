@@ -9,6 +9,8 @@
 # Python comes from $TENON_VENV (default .venv), where scripts/test.sh installs moto[server].
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+# shellcheck source=scripts/peers/common.bash
+. scripts/peers/common.bash
 
 cmd="${1:-}"
 dir="${2:-}"
@@ -51,16 +53,7 @@ start)
   echo "export TENON_MOTO_ENDPOINT=$url"
   ;;
 stop)
-  if [ -f "$dir/moto.pid" ]; then
-    pid="$(cat "$dir/moto.pid")"
-    kill "$pid" 2>/dev/null || true
-    for _ in $(seq 1 50); do
-      kill -0 "$pid" 2>/dev/null || break
-      sleep 0.1
-    done
-    kill -9 "$pid" 2>/dev/null || true
-    rm -f "$dir/moto.pid"
-  fi
+  stop_pid "$dir/moto.pid"
   ;;
 *)
   echo "usage: $0 start|stop DIR" >&2

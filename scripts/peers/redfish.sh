@@ -9,6 +9,8 @@
 # REDFISH_POWER_DELAY_S seconds (default 2, which the emulator truncates to 1-2 s).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+# shellcheck source=scripts/peers/common.bash
+. scripts/peers/common.bash
 
 cmd="${1:-}"
 dir="${2:-}"
@@ -78,18 +80,7 @@ PY
   echo "export TENON_REDFISH_SYSTEMS=$systems"
   ;;
 stop)
-  if [ -f "$dir/pid" ]; then
-    pid="$(cat "$dir/pid")"
-    if kill -0 "$pid" 2>/dev/null; then
-      kill "$pid" 2>/dev/null || true
-      for _ in $(seq 1 50); do
-        kill -0 "$pid" 2>/dev/null || break
-        sleep 0.1
-      done
-      kill -9 "$pid" 2>/dev/null || true
-    fi
-    rm -f "$dir/pid"
-  fi
+  stop_pid "$dir/pid"
   ;;
 *)
   echo "usage: $0 start|stop DIR" >&2
