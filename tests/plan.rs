@@ -336,3 +336,17 @@ fn static_drift_deletes_a_drifted_node_of_a_replica_pinned_pool() {
     assert_eq!((c["decision"].as_str(), c["reason"].as_str()), (Some("delete"), Some("Drifted")));
     assert_eq!(c["candidates"][0]["nodeClaim"], "pinned-old");
 }
+
+#[test]
+fn pods_may_select_on_the_labels_instance_types_define() {
+    let v = plan("provider-labels.yaml");
+    let c = claims(&v);
+    assert_eq!(c.len(), 1, "{v}");
+    assert_eq!(c[0]["pods"], serde_json::json!(["jobs/batch"]));
+    assert!(c[0]["instanceTypes"].as_array().unwrap().iter().all(|t| t.as_str().unwrap().starts_with("m5.")));
+    assert_eq!(launch(&c[0]).0, "m5.large");
+    let unschedulable = v["provisioning"]["unschedulable"].as_array().unwrap();
+    assert_eq!(unschedulable.len(), 1);
+    assert_eq!(unschedulable[0]["pod"], "jobs/custom");
+    assert!(unschedulable[0]["reason"].as_str().unwrap().contains("example.com/team"), "{}", unschedulable[0]);
+}

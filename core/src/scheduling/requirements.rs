@@ -403,11 +403,21 @@ impl Requirements {
     /// provider defines it) and `allow_undefined_well_known` is set, or when `incoming` only excludes
     /// values (`NotIn`, `DoesNotExist`). Keys both define must intersect, unless both only exclude.
     pub fn compatible(&self, incoming: &Self, allow_undefined_well_known: bool) -> Result<(), Incompatible> {
+        self.compatible_with(incoming, |key| allow_undefined_well_known && labels::is_well_known(key))
+    }
+
+    /// As [`Requirements::compatible`], with `may_be_undefined` saying which keys `self` may leave
+    /// undefined (the well-known keys, and those its instance types define).
+    pub fn compatible_with(
+        &self,
+        incoming: &Self,
+        may_be_undefined: impl Fn(&str) -> bool,
+    ) -> Result<(), Incompatible> {
         for r in &incoming.0 {
             match self.get(&r.key) {
                 None => {
                     let excludes_only = matches!(r.operator(), Operator::NotIn | Operator::DoesNotExist);
-                    if !(excludes_only || allow_undefined_well_known && labels::is_well_known(&r.key)) {
+                    if !(excludes_only || may_be_undefined(&r.key)) {
                         return Err(Incompatible {
                             key: r.key.clone(),
                             reason: format!("label {:?} does not exist (requires {r})", r.key),

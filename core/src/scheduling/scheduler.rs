@@ -185,6 +185,9 @@ struct Pool {
     reqs: Requirements,
     taints: Vec<Taint>,
     types: Arc<Vec<TypeEntry>>,
+    /// The label keys its instance types define (`karpenter.k8s.aws/instance-family`, …): a pod may
+    /// select on them without the pool naming them, as on the well-known keys.
+    type_keys: Arc<BTreeSet<String>>,
     base: Arc<Vec<u32>>,
     packing: Packing,
     remaining: Option<Resources>,
@@ -801,7 +804,10 @@ impl Scheduler {
                 t.effect
             ));
         }
-        claim.reqs.compatible(&cons.requirements, true).map_err(|e| format!("incompatible requirements: {e}"))?;
+        claim
+            .reqs
+            .compatible_with(&cons.requirements, |k| labels::is_well_known(k) || pool.type_keys.contains(k))
+            .map_err(|e| format!("incompatible requirements: {e}"))?;
         let mut reqs = if cons.requirements.is_empty() {
             None
         } else {
@@ -1195,6 +1201,7 @@ fn build_pool(input: PoolInput, daemons: &[DaemonPod]) -> Pool {
         reqs,
         taints,
         types: Arc::new(types),
+        type_keys: Arc::new(all_keys),
         base: Arc::new(base),
         packing: Packing::of(np),
         remaining,
