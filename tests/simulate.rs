@@ -263,3 +263,21 @@ fn deferred_launches_failed_registrations_and_on_demand_leases_play_out() {
     assert!(not_ready.time_to_schedule_seconds.max >= 600.0, "{:?}", not_ready.time_to_schedule_seconds);
     assert_eq!(not_ready.pending_at_end, 0);
 }
+
+#[test]
+fn the_mixed_accelerator_scenario_places_every_pod() {
+    // Its A100 pods select `karpenter.k8s.aws/instance-gpu-name`, a label only the instance types define.
+    let out = Command::new(env!("CARGO_BIN_EXE_tenon"))
+        .args(["simulate", "examples/scenarios/mixed-accelerators.yaml", "-o", "json"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["pendingAtEnd"], 0);
+    let a100 = report["timeline"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|s| s["nodesByInstanceType"].as_object().unwrap().keys().any(|t| t.starts_with("p4d.")));
+    assert!(a100, "A100 (p4d) nodes were launched");
+}
