@@ -95,31 +95,39 @@ fn launched(mut c: NodeClaim, pid: &str) -> NodeClaim {
     c
 }
 
+/// How long a power change may take on the emulator, which applies it a second or two after the request,
+/// as a real BMC does.
 const DEADLINE: Duration = Duration::from_secs(20);
+/// How often the tests ask the emulator again while they wait.
+const POLL_INTERVAL: Duration = Duration::from_millis(150);
 
-async fn until_running(p: &SelfManagedProvider, pid: &str) {
+/// Asks `step` until it answers, at most until DEADLINE: the emulator runs in real time, so the tests poll
+/// it the way the provider's callers poll a BMC.
+async fn poll<T>(what: &str, mut step: impl AsyncFnMut() -> Option<T>) -> T {
     let start = Instant::now();
     loop {
-        let i = p.get(pid).await.unwrap();
-        if i.state == InstanceState::Running {
-            return;
+        if let Some(done) = step().await {
+            return done;
         }
-        assert!(start.elapsed() < DEADLINE, "{pid} not running after {DEADLINE:?}: {:?}", i.state);
-        tokio::time::sleep(Duration::from_millis(150)).await;
+        assert!(start.elapsed() < DEADLINE, "{what} after {DEADLINE:?}");
+        tokio::time::sleep(POLL_INTERVAL).await;
     }
 }
 
+async fn until_running(p: &SelfManagedProvider, pid: &str) {
+    poll(&format!("{pid} not running"), async || {
+        (p.get(pid).await.unwrap().state == InstanceState::Running).then_some(())
+    })
+    .await;
+}
+
 async fn delete_until_gone(p: &SelfManagedProvider, c: &NodeClaim) {
-    let start = Instant::now();
-    loop {
-        match p.delete(c).await {
-            Ok(()) => {}
-            Err(e) if e.is_not_found() => return,
-            Err(e) => panic!("delete failed: {e}"),
-        }
-        assert!(start.elapsed() < DEADLINE, "{} not powered off after {DEADLINE:?}", c.name());
-        tokio::time::sleep(Duration::from_millis(150)).await;
-    }
+    poll(&format!("{} not powered off", c.name()), async || match p.delete(c).await {
+        Ok(()) => None,
+        Err(e) if e.is_not_found() => Some(()),
+        Err(e) => panic!("delete failed: {e}"),
+    })
+    .await;
 }
 
 async fn bmc_power(system: &str) -> PowerState {
@@ -147,8 +155,9 @@ impl Harness for EmulatorHarness {
     fn node_class_ref(&self) -> Option<NodeClassRef> {
         Some(NodeClassRef { group: "tenon.dev".into(), kind: "SelfManagedNodeClass".into(), name: self.class.clone() })
     }
+    /// The conformance suite's polls are bounded by `max_polls`; between them, the emulator needs real time.
     async fn settle(&self) {
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        tokio::time::sleep(POLL_INTERVAL).await;
     }
     /// Takes every machine of the offering out of the pool (maintenance quarantine).
     async fn make_insufficient(&self, offering: &OfferingKey) -> bool {
