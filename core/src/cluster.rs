@@ -140,9 +140,17 @@ pub fn node_provider_id(node: &Node) -> Option<&str> {
 /// `(namespace/name, node)` for a pod bound to a node, not finished and not owned by a DaemonSet.
 pub fn pod_binding(pod: &Pod) -> Option<(String, String)> {
     let node = pod_node(pod)?;
-    let finished = matches!(pod.status.as_ref().and_then(|s| s.phase.as_deref()), Some("Succeeded" | "Failed"));
-    let daemon = pod.metadata.owner_references.iter().flatten().any(|o| o.kind == "DaemonSet");
-    (!finished && !daemon).then(|| (pod_key(pod), node.to_owned()))
+    (!pod_finished(pod) && !owned_by_daemon_set(pod)).then(|| (pod_key(pod), node.to_owned()))
+}
+
+/// Whether a pod has finished: its phase is `Succeeded` or `Failed`.
+pub fn pod_finished(pod: &Pod) -> bool {
+    matches!(pod.status.as_ref().and_then(|s| s.phase.as_deref()), Some("Succeeded" | "Failed"))
+}
+
+/// Whether a DaemonSet owns the pod.
+pub fn owned_by_daemon_set(pod: &Pod) -> bool {
+    pod.metadata.owner_references.iter().flatten().any(|o| o.kind == "DaemonSet")
 }
 
 /// The node a pod is bound to, from `spec.nodeName`.

@@ -328,8 +328,7 @@ impl ClusterState {
         }
         for pod in pods {
             let info = PodInfo::from_pod(pod)?;
-            let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref()).unwrap_or("Pending");
-            let terminal = matches!(phase, "Succeeded" | "Failed");
+            let terminal = crate::cluster::pod_finished(pod);
             let i = state.pods.len();
             if let Some(n) = info.node_name.as_ref().and_then(|n| by_name.get(n))
                 && !terminal

@@ -40,7 +40,7 @@ fn group(pod: &Pod) -> DrainGroup {
         pod.spec.as_ref().and_then(|s| s.priority_class_name.as_deref()),
         Some("system-cluster-critical" | "system-node-critical")
     );
-    let daemon = pod.metadata.owner_references.iter().flatten().any(|o| o.kind == "DaemonSet");
+    let daemon = crate::cluster::owned_by_daemon_set(pod);
     match (critical, daemon) {
         (false, false) => DrainGroup::NonCritical,
         (false, true) => DrainGroup::NonCriticalDaemon,
@@ -51,7 +51,6 @@ fn group(pod: &Pod) -> DrainGroup {
 
 /// Whether the pod is drained at all: not finished, not a static pod, not tolerating the disruption taint.
 pub fn drainable(pod: &Pod) -> bool {
-    let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref()).unwrap_or("Pending");
     let static_pod = pod.metadata.owner_references.iter().flatten().any(|o| o.kind == "Node");
     let disrupted = taints::taint(labels::DISRUPTED_TAINT, None, "NoSchedule");
     let tolerates = pod
@@ -59,7 +58,7 @@ pub fn drainable(pod: &Pod) -> bool {
         .as_ref()
         .and_then(|s| s.tolerations.as_ref())
         .is_some_and(|t| t.iter().any(|t| taints::tolerates(t, &disrupted)));
-    !matches!(phase, "Succeeded" | "Failed") && !static_pod && !tolerates
+    !crate::cluster::pod_finished(pod) && !static_pod && !tolerates
 }
 
 fn do_not_disrupt(pod: &Pod, now: Timestamp) -> bool {

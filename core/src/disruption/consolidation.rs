@@ -1,6 +1,6 @@
 //! The backwards simulation and the methods built on it.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::time::Instant;
 
 use super::candidates::{Blocked, Candidate, allowances};
@@ -42,6 +42,8 @@ pub struct Simulator<'a> {
     pool_cost: HashMap<String, f64>,
     pool_disruption: HashMap<String, f64>,
     split_attempts: u32,
+    /// Nodes not yet initialized and Ready: no candidate's pods may count on them.
+    booting: HashSet<String>,
 }
 
 impl<'a> Simulator<'a> {
@@ -80,7 +82,8 @@ impl<'a> Simulator<'a> {
             *pool_cost.entry(c.pool.clone()).or_insert(0.0) += c.price;
             *pool_disruption.entry(c.pool.clone()).or_insert(0.0) += c.disruption_cost;
         }
-        Self { inputs, base, settled, pods, pool_cost, pool_disruption, split_attempts: 0 }
+        let booting = state.nodes.iter().filter(|n| !n.initialized || !n.ready).map(|n| n.name.clone()).collect();
+        Self { inputs, base, settled, pods, pool_cost, pool_disruption, split_attempts: 0, booting }
     }
 
     fn settings(&self) -> &'a crate::settings::Settings {
@@ -114,10 +117,8 @@ impl<'a> Simulator<'a> {
         let mut results = sim.solve(pods);
         // A candidate's pods may not count on a node that is not initialized and Ready: deleting a node on
         // the promise of capacity still booting moves its pods onto room that other pods are waiting for.
-        let state = self.inputs.state;
-        let unsettled =
-            |name: &str| state.nodes.iter().find(|n| n.name == name).is_none_or(|n| !n.initialized || !n.ready);
-        let (settled, booting): (Vec<_>, Vec<_>) = results.existing.into_iter().partition(|p| !unsettled(&p.node));
+        let (settled, booting): (Vec<_>, Vec<_>) =
+            results.existing.into_iter().partition(|p| !self.booting.contains(&p.node));
         results.existing = settled;
         for placement in booting {
             for pod in placement.pods {

@@ -137,7 +137,12 @@ pub struct Inputs<'a> {
 
 /// Runs one disruption pass: the first method that returns commands wins.
 pub fn compute(inputs: &Inputs<'_>) -> Pass {
-    let (cands, mut blocked) = candidates(inputs.state, inputs.types_for, inputs.now);
+    let (cands, blocked) = candidates(inputs.state, inputs.types_for, inputs.now);
+    compute_from(inputs, cands, blocked)
+}
+
+/// A pass over candidates already found by [`candidates`], with the nodes they left out and why.
+pub fn compute_from(inputs: &Inputs<'_>, cands: Vec<Candidate>, mut blocked: Vec<Blocked>) -> Pass {
     let mut sim = Simulator::new(inputs, &cands);
     let started = Instant::now();
     for method in [
@@ -177,7 +182,7 @@ pub const QUIET_RECHECK: std::time::Duration = std::time::Duration::from_secs(30
 /// each pool can buy. A pass whose digest matches the last one that found nothing would find nothing again,
 /// up to the slow drift of remaining lifetimes that [`QUIET_RECHECK`] bounds; the controller skips it, as an
 /// unchanged cluster needs no new simulation.
-pub fn digest(inputs: &Inputs<'_>) -> u64 {
+pub fn digest(inputs: &Inputs<'_>, cands: &[Candidate]) -> u64 {
     use std::hash::{Hash, Hasher};
     let mut h = std::collections::hash_map::DefaultHasher::new();
     let state = inputs.state;
@@ -188,8 +193,7 @@ pub fn digest(inputs: &Inputs<'_>) -> u64 {
     for p in &state.pods {
         (&p.info.key, &p.info.node_name, p.terminal).hash(&mut h);
     }
-    let (cands, _) = candidates(state, inputs.types_for, inputs.now);
-    for c in &cands {
+    for c in cands {
         (&c.node, &c.drift, c.consolidatable, c.price.to_bits(), &c.pods).hash(&mut h);
     }
     for reason in [DisruptionReason::Empty, DisruptionReason::Drifted, DisruptionReason::Underutilized] {

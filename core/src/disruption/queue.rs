@@ -429,11 +429,12 @@ impl Controller {
         }
         // Nothing changed since a pass that found nothing: skip the simulations, as an unchanged cluster
         // cannot be consolidated now if it could not be then. Re-examined at least every QUIET_RECHECK.
-        let digest = super::digest(inputs);
+        let (cands, blocked) = super::candidates(inputs.state, inputs.types_for, inputs.now);
+        let digest = super::digest(inputs, &cands);
         if self.quiet.is_some_and(|(d, at)| d == digest && clock::since(now, at) < super::QUIET_RECHECK) {
             return events;
         }
-        let pass = super::compute(inputs);
+        let pass = super::compute_from(inputs, cands, blocked);
         self.quiet = pass.method.is_none().then_some((digest, now));
         if let Some(method) = pass.method {
             let ready_at = clock::add(now, inputs.settings.command_validation_delay);

@@ -122,19 +122,23 @@ impl PodEvents {
             }
         }
         if !touched.is_empty() {
+            let node_of = |c: &NodeClaim| c.status.as_ref().and_then(|s| s.node_name.clone());
+            // A claim is usually named after its node; the others are found in one listing, by the node
+            // their status names.
             let mut claims: Vec<NodeClaim> = Vec::new();
-            for node in &touched {
-                // A claim is usually named after its node; otherwise its status names the node.
-                let claim = cluster
-                    .claim(node)
-                    .filter(|c| c.status.as_ref().and_then(|s| s.node_name.as_deref()) == Some(*node))
-                    .or_else(|| {
-                        cluster
-                            .claims()
-                            .into_iter()
-                            .find(|c| c.status.as_ref().and_then(|s| s.node_name.as_deref()) == Some(*node))
-                    });
-                claims.extend(claim);
+            let mut missed: BTreeSet<&str> = BTreeSet::new();
+            for node in touched {
+                match cluster.claim(node).filter(|c| node_of(c).as_deref() == Some(node)) {
+                    Some(c) => claims.push(c),
+                    None => {
+                        missed.insert(node);
+                    }
+                }
+            }
+            if !missed.is_empty() {
+                claims.extend(
+                    cluster.claims().into_iter().filter(|c| node_of(c).is_some_and(|n| missed.contains(n.as_str()))),
+                );
             }
             for mut claim in claims {
                 claim.status.get_or_insert_with(Default::default).last_pod_event_time = Some(now);

@@ -352,7 +352,7 @@ impl PodInfo {
                 }
             }
         }
-        let daemon = pod.metadata.owner_references.iter().flatten().any(|o| o.kind == "DaemonSet");
+        let daemon = crate::cluster::owned_by_daemon_set(pod);
         Ok(Self {
             key,
             namespace,

@@ -93,7 +93,7 @@ pub struct Sim {
     next_gc: Timestamp,
     /// The cluster's digest after a scheduling attempt that bound nothing: until it changes, pending pods
     /// stay unschedulable (kube-scheduler's unschedulable queue).
-    unschedulable_at: Option<u64>,
+    unschedulable_digest: Option<u64>,
     /// Pod events stamped on claims, for `consolidateAfter`.
     pub pod_events: crate::lifecycle::PodEvents,
     seq: u64,
@@ -133,7 +133,7 @@ impl Sim {
             reserved: HashMap::new(),
             types: Vec::new(),
             next_gc: now,
-            unschedulable_at: None,
+            unschedulable_digest: None,
             pod_events: Default::default(),
             seq: 0,
             events: Vec::new(),
@@ -327,7 +327,7 @@ impl Sim {
         }
         let nodes = &self.cluster.nodes;
         self.cluster.pods.retain(|_, p| {
-            let daemon = p.metadata.owner_references.iter().flatten().any(|o| o.kind == "DaemonSet");
+            let daemon = crate::cluster::owned_by_daemon_set(p);
             let node = p.spec.as_ref().and_then(|s| s.node_name.as_ref());
             !daemon || node.is_some_and(|n| nodes.contains_key(n))
         });
@@ -383,13 +383,12 @@ impl Sim {
         }
     }
 
-    /// The kube-scheduler: binds pending pods to nodes that fit.
     /// Whether some pod waits for a node: unbound and not finished. Cheaper than building the state.
     fn any_unbound(&self) -> bool {
-        self.cluster.pods.values().any(|p| {
-            p.spec.as_ref().is_some_and(|s| s.node_name.is_none())
-                && !matches!(p.status.as_ref().and_then(|s| s.phase.as_deref()), Some("Succeeded" | "Failed"))
-        })
+        self.cluster
+            .pods
+            .values()
+            .any(|p| p.spec.as_ref().is_some_and(|s| s.node_name.is_none()) && !crate::cluster::pod_finished(p))
     }
 
     /// Whether some node is on its way out (deleted, tainted as disrupted, or marked by the disruption
@@ -429,6 +428,7 @@ impl Sim {
         h.finish()
     }
 
+    /// The kube-scheduler: binds pending pods to nodes that fit.
     fn schedule_pods(&mut self, now: Timestamp) {
         // Most steps bind nothing: skip building the cluster state when no pod waits for a node, or when
         // nothing changed since an attempt that bound nothing.
@@ -436,7 +436,7 @@ impl Sim {
             return;
         }
         let digest = self.scheduling_digest();
-        if self.unschedulable_at == Some(digest) {
+        if self.unschedulable_digest == Some(digest) {
             return;
         }
         let state = self.state();
@@ -459,18 +459,18 @@ impl Sim {
             })
             .collect();
         if nodes.is_empty() {
-            self.unschedulable_at = Some(digest);
+            self.unschedulable_digest = Some(digest);
             return;
         }
         let pending: Vec<_> = state.pending_pods().map(|p| p.info.clone()).collect();
         if pending.is_empty() {
-            self.unschedulable_at = Some(digest);
+            self.unschedulable_digest = Some(digest);
             return;
         }
         let results =
             Scheduler::new(Vec::new(), nodes, state.bound_pods(), &[], SchedulerOptions::default()).solve(pending);
         let bound_any = results.existing.iter().any(|p| !p.pods.is_empty());
-        self.unschedulable_at = (!bound_any).then_some(digest);
+        self.unschedulable_digest = (!bound_any).then_some(digest);
         for placed in results.existing {
             for key in placed.pods {
                 if let Some(pod) = self.cluster.pods.get_mut(&key) {
