@@ -4,6 +4,7 @@
 //! kube-rs, `tenon simulate` on its virtual cluster, and tests on [`InMemoryCluster`].
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Node, Pod, Taint};
@@ -65,18 +66,18 @@ pub trait Cluster {
 pub struct InMemoryCluster {
     /// Taints per node.
     pub taints: BTreeMap<String, Vec<Taint>>,
-    /// Claims by name.
-    pub claims: BTreeMap<String, NodeClaim>,
+    /// Claims by name (shared: a state built from the cluster shares them; writes copy on write).
+    pub claims: BTreeMap<String, Arc<NodeClaim>>,
     /// Claims deleted, in order.
     pub deleted: Vec<String>,
     /// Every write, in order, for assertions on ordering.
     pub log: Vec<String>,
     /// Writes to fail, by claim or node name.
     pub fail_writes: HashMap<String, String>,
-    /// Nodes by name.
-    pub nodes: BTreeMap<String, Node>,
-    /// Pods by `namespace/name`.
-    pub pods: BTreeMap<String, Pod>,
+    /// Nodes by name (shared, as claims).
+    pub nodes: BTreeMap<String, Arc<Node>>,
+    /// Pods by `namespace/name` (shared, as claims).
+    pub pods: BTreeMap<String, Arc<Pod>>,
     /// PodDisruptionBudgets.
     pub pdbs: Vec<PodDisruptionBudget>,
     /// Pods evicted, in order.
@@ -169,13 +170,13 @@ pub fn pod_key(pod: &Pod) -> String {
 
 impl Objects for InMemoryCluster {
     fn claims(&self) -> Vec<NodeClaim> {
-        self.claims.values().cloned().collect()
+        self.claims.values().map(|c| NodeClaim::clone(c)).collect()
     }
     fn claim(&self, name: &str) -> Option<NodeClaim> {
-        self.claims.get(name).cloned()
+        self.claims.get(name).map(|c| NodeClaim::clone(c))
     }
     fn put_claim(&mut self, claim: NodeClaim) {
-        self.claims.insert(claim.name().to_owned(), claim);
+        self.claims.insert(claim.name().to_owned(), Arc::new(claim));
     }
     fn remove_claim(&mut self, name: &str) {
         if self.claims.remove(name).is_some() {
@@ -183,16 +184,16 @@ impl Objects for InMemoryCluster {
         }
     }
     fn nodes(&self) -> Vec<Node> {
-        self.nodes.values().cloned().collect()
+        self.nodes.values().map(|n| Node::clone(n)).collect()
     }
     fn node(&self, name: &str) -> Option<Node> {
-        self.nodes.get(name).cloned()
+        self.nodes.get(name).map(|n| Node::clone(n))
     }
     fn nodes_with_provider_id(&self, provider_id: &str) -> Vec<Node> {
-        self.nodes.values().filter(|n| node_provider_id(n) == Some(provider_id)).cloned().collect()
+        self.nodes.values().filter(|n| node_provider_id(n) == Some(provider_id)).map(|n| Node::clone(n)).collect()
     }
     fn put_node(&mut self, node: Node) {
-        self.nodes.insert(node.metadata.name.clone().unwrap_or_default(), node);
+        self.nodes.insert(node.metadata.name.clone().unwrap_or_default(), Arc::new(node));
     }
     fn remove_node(&mut self, name: &str) {
         if self.nodes.remove(name).is_some() {
@@ -200,13 +201,13 @@ impl Objects for InMemoryCluster {
         }
     }
     fn pods(&self) -> Vec<Pod> {
-        self.pods.values().cloned().collect()
+        self.pods.values().map(|p| Pod::clone(p)).collect()
     }
     fn pods_on_node(&self, node: &str) -> Vec<Pod> {
-        self.pods.values().filter(|p| pod_node(p) == Some(node)).cloned().collect()
+        self.pods.values().filter(|p| pod_node(p) == Some(node)).map(|p| Pod::clone(p)).collect()
     }
     fn pod_bindings(&self) -> Vec<(String, String)> {
-        self.pods.values().filter_map(pod_binding).collect()
+        self.pods.values().filter_map(|p| pod_binding(p)).collect()
     }
     fn pdbs(&self) -> Vec<PodDisruptionBudget> {
         self.pdbs.clone()
@@ -230,7 +231,7 @@ impl Objects for InMemoryCluster {
 impl InMemoryCluster {
     /// Marks a claim initialized.
     pub fn initialize(&mut self, claim: &str, now: Timestamp) {
-        if let Some(c) = self.claims.get_mut(claim) {
+        if let Some(c) = self.claims.get_mut(claim).map(Arc::make_mut) {
             c.set_condition(condition_types::INITIALIZED, ConditionStatus::True, "Initialized", "", now);
         }
     }
@@ -271,7 +272,7 @@ impl Cluster for InMemoryCluster {
     ) -> Result<(), ClusterError> {
         self.check(claim)?;
         self.log.push(format!("reason {claim} {}", reason.map(|r| r.as_str()).unwrap_or("-")));
-        let Some(c) = self.claims.get_mut(claim) else {
+        let Some(c) = self.claims.get_mut(claim).map(Arc::make_mut) else {
             return Err(ClusterError::NotFound(format!("NodeClaim/{claim}")));
         };
         match reason {
@@ -293,7 +294,7 @@ impl Cluster for InMemoryCluster {
         if let (None, Some(now)) = (&claim.metadata.creation_timestamp, self.now) {
             claim.metadata.creation_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(now));
         }
-        self.claims.insert(claim.name().to_owned(), claim);
+        self.claims.insert(claim.name().to_owned(), Arc::new(claim));
         Ok(())
     }
 
@@ -302,7 +303,7 @@ impl Cluster for InMemoryCluster {
         self.log.push(format!("delete {claim}"));
         // The termination finalizer holds the object: deletion only sets its timestamp.
         let now = self.now.unwrap_or(Timestamp::UNIX_EPOCH);
-        match self.claims.get_mut(claim) {
+        match self.claims.get_mut(claim).map(Arc::make_mut) {
             Some(c) => {
                 c.metadata.deletion_timestamp.get_or_insert(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(now));
             }

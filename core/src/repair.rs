@@ -12,6 +12,7 @@ use crate::api::{ConditionStatus, DisruptionReason, labels};
 use crate::clock;
 use crate::cloud::{RepairAction, RepairPolicy};
 use crate::disruption::{CandidateRef, Command, Decision, Inputs, reschedulable};
+use crate::scheduling::PodInfo;
 use crate::state::{ClusterState, StateNode};
 
 /// More than this share of a pool reporting a monitored condition stops repair in that pool.
@@ -219,8 +220,13 @@ impl Repairer {
 /// A replace command for an unhealthy node: its pods rescheduled, new capacity for what does not fit.
 fn replacement(inputs: &Inputs<'_>, node: &StateNode) -> Result<Command, String> {
     let state: &ClusterState = inputs.state;
-    let pods: Vec<_> =
-        node.pods.iter().map(|i| &state.pods[*i]).filter(|p| reschedulable(p)).map(|p| p.info.clone()).collect();
+    let pods: Vec<_> = node
+        .pods
+        .iter()
+        .map(|i| &state.pods[*i])
+        .filter(|p| reschedulable(p))
+        .map(|p| PodInfo::clone(&p.info))
+        .collect();
     let nodes = state.nodes.iter().map(|n| n.as_existing()).collect();
     let sim = crate::scheduling::Scheduler::new(
         crate::provisioning::pool_inputs(state, inputs.types_for),

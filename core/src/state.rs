@@ -3,6 +3,7 @@
 //! and read by every decision.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
 
 use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::DaemonSet;
@@ -20,10 +21,10 @@ use crate::scheduling::{DaemonPod, ExistingNode, HostPort, PodError, PodInfo, Re
 pub struct StateNode {
     /// The node's name (the claim's name while no node exists).
     pub name: String,
-    /// The Node object, once registered.
-    pub node: Option<Node>,
+    /// The Node object, once registered (shared with the caller when it holds it behind an `Arc`).
+    pub node: Option<Arc<Node>>,
     /// The NodeClaim, inferred from the Node when none exists.
-    pub claim: Option<NodeClaim>,
+    pub claim: Option<Arc<NodeClaim>>,
     /// Whether the claim was inferred from the Node (an inferred claim has no template hash).
     pub inferred_claim: bool,
     /// The node's labels.
@@ -91,14 +92,73 @@ impl StateNode {
 /// A pod and where it stands.
 #[derive(Debug, Clone)]
 pub struct StatePod {
-    /// The scheduling view.
-    pub info: PodInfo,
+    /// The scheduling view, shared with the schedulers built from this state.
+    pub info: Arc<PodInfo>,
     /// Whether it has finished (Succeeded or Failed).
     pub terminal: bool,
     /// Whether it is a static (mirror) pod, owned by its node.
     pub static_pod: bool,
     /// When it started running, or else when it was created.
     pub started: Option<Timestamp>,
+}
+
+/// An object a state is built from: borrowed (copied into the state) or shared behind an `Arc` (shared
+/// by the state too).
+trait ObjectRef<T> {
+    /// The object.
+    fn object(&self) -> &T;
+    /// The object behind an `Arc`, copying it only if it is not shared already.
+    fn to_shared(&self) -> Arc<T>;
+    /// The shared object, if it is one (its identity keys [`PodInfoCache`]).
+    fn shared(&self) -> Option<&Arc<T>>;
+}
+
+impl<T: Clone> ObjectRef<T> for &T {
+    fn object(&self) -> &T {
+        self
+    }
+    fn to_shared(&self) -> Arc<T> {
+        Arc::new((*self).clone())
+    }
+    fn shared(&self) -> Option<&Arc<T>> {
+        None
+    }
+}
+
+impl<T> ObjectRef<T> for &Arc<T> {
+    fn object(&self) -> &T {
+        self
+    }
+    fn to_shared(&self) -> Arc<T> {
+        Arc::clone(self)
+    }
+    fn shared(&self) -> Option<&Arc<T>> {
+        Some(self)
+    }
+}
+
+/// Scheduling views of shared pods, reused while the pod is the same allocation: a pod that changes is a
+/// new `Arc` (copy-on-write), so its view is read afresh. The cache holds each pod it keys on, so an
+/// address cannot be reused while its entry lives; entries of pods no longer listed go on each build.
+#[derive(Debug, Default)]
+pub struct PodInfoCache {
+    entries: HashMap<usize, (Arc<Pod>, Arc<PodInfo>)>,
+}
+
+impl PodInfoCache {
+    fn address(pod: &Arc<Pod>) -> usize {
+        Arc::as_ptr(pod) as usize
+    }
+}
+
+/// The objects a state is built from.
+struct Objects<'a, P, N, C> {
+    pods: P,
+    nodes: N,
+    claims: C,
+    daemon_sets: &'a [DaemonSet],
+    pdbs: &'a [PodDisruptionBudget],
+    pools: &'a [NodePool],
 }
 
 /// Everything the decisions read.
@@ -198,23 +258,64 @@ impl ClusterState {
         pools: &[NodePool],
         now: Timestamp,
     ) -> Result<Self, StateError> {
+        let objects = Objects { pods, nodes, claims, daemon_sets, pdbs, pools };
+        Self::build(objects, now, &mut PodInfoCache::default())
+    }
+
+    /// As [`ClusterState::from_objects`], from objects shared behind `Arc`s (a watch cache, the
+    /// simulator's cluster): the state shares them instead of copying, and reuses from `cache` the
+    /// scheduling view of every pod that is the same object as at the last build.
+    #[allow(clippy::too_many_arguments)]
+    pub fn from_shared<'a>(
+        pods: impl IntoIterator<Item = &'a Arc<Pod>>,
+        nodes: impl IntoIterator<Item = &'a Arc<Node>>,
+        claims: impl IntoIterator<Item = &'a Arc<NodeClaim>>,
+        daemon_sets: &[DaemonSet],
+        pdbs: &[PodDisruptionBudget],
+        pools: &[NodePool],
+        now: Timestamp,
+        cache: &mut PodInfoCache,
+    ) -> Result<Self, StateError> {
+        let objects = Objects { pods, nodes, claims, daemon_sets, pdbs, pools };
+        Self::build(objects, now, cache)
+    }
+
+    fn build<P, N, C, PI, NI, CI>(
+        objects: Objects<'_, PI, NI, CI>,
+        now: Timestamp,
+        cache: &mut PodInfoCache,
+    ) -> Result<Self, StateError>
+    where
+        P: ObjectRef<Pod>,
+        N: ObjectRef<Node>,
+        C: ObjectRef<NodeClaim>,
+        PI: IntoIterator<Item = P>,
+        NI: IntoIterator<Item = N>,
+        CI: IntoIterator<Item = C>,
+    {
+        let Objects { pods, nodes, claims, daemon_sets, pdbs, pools } = objects;
         let mut state = ClusterState { pdbs: pdbs.to_vec(), pools: pools.to_vec(), ..Default::default() };
-        let nodes: Vec<&Node> = nodes.into_iter().collect();
-        let claims: Vec<&NodeClaim> = claims.into_iter().collect();
+        let nodes: Vec<N> = nodes.into_iter().collect();
+        let claims: Vec<C> = claims.into_iter().collect();
         let mut by_name: HashMap<String, usize> = HashMap::new();
         let node_by_pid: HashMap<&str, &str> = nodes
             .iter()
+            .map(ObjectRef::object)
             .filter_map(|n| Some((crate::cluster::node_provider_id(n)?, n.metadata.name.as_deref()?)))
             .collect();
-        let claim_for_node: HashMap<&str, &NodeClaim> = claims
+        let claim_objects: Vec<&NodeClaim> = claims.iter().map(ObjectRef::object).collect();
+        // Node name → index into `claims`.
+        let claim_for_node: HashMap<&str, usize> = claim_objects
             .iter()
-            .filter_map(|c| {
+            .enumerate()
+            .filter_map(|(i, c)| {
                 let by_node = c.status.as_ref().and_then(|s| s.node_name.as_deref());
                 let by_pid = c.provider_id().and_then(|pid| node_by_pid.get(pid).copied());
-                by_node.or(by_pid).map(|n| (n, *c))
+                by_node.or(by_pid).map(|n| (n, i))
             })
             .collect();
-        for node in nodes {
+        for node_ref in &nodes {
+            let node = node_ref.object();
             let name = node.metadata.name.clone().unwrap_or_default();
             let object = format!("Node/{name}");
             let status = node.status.as_ref();
@@ -227,7 +328,7 @@ impl ClusterState {
                     })?;
             let node_labels = node.metadata.labels.clone().unwrap_or_default();
             let pool = node_labels.get(labels::NODE_POOL).cloned();
-            let claim_of_node = claim_for_node.get(name.as_str());
+            let claim_of_node = claim_for_node.get(name.as_str()).map(|i| claim_objects[*i]);
             // Until a node is initialized its extended resources (GPUs) may still read zero: plan with
             // what its claim launched.
             let allocatable = match claim_of_node {
@@ -243,8 +344,8 @@ impl ClusterState {
                 _ => allocatable,
             };
             let (claim, inferred) = match (claim_for_node.get(name.as_str()), &pool) {
-                (Some(c), _) => (Some((*c).clone()), false),
-                (None, Some(_)) => (Some(infer_claim(node, now)), true),
+                (Some(i), _) => (Some(claims[*i].to_shared()), false),
+                (None, Some(_)) => (Some(Arc::new(infer_claim(node, now))), true),
                 (None, None) => (None, false),
             };
             let node_taints = node.spec.as_ref().and_then(|s| s.taints.clone()).unwrap_or_default();
@@ -262,14 +363,14 @@ impl ClusterState {
             let deleting = node.metadata.deletion_timestamp.is_some()
                 || claim.as_ref().is_some_and(|c| c.metadata.deletion_timestamp.is_some())
                 || taints.iter().any(|t| t.key == labels::DISRUPTED_TAINT);
-            let initialized = claim.as_ref().is_some_and(NodeClaim::is_initialized)
+            let initialized = claim.as_ref().is_some_and(|c| c.is_initialized())
                 || node_labels.get(labels::INITIALIZED).map(String::as_str) == Some("true");
             by_name.insert(name.clone(), state.nodes.len());
             state.nodes.push(StateNode {
                 name,
                 ready: node_ready(node),
                 unschedulable: node.spec.as_ref().and_then(|s| s.unschedulable).unwrap_or(false),
-                node: Some(node.clone()),
+                node: Some(node_ref.to_shared()),
                 claim,
                 inferred_claim: inferred,
                 labels: node_labels,
@@ -285,8 +386,9 @@ impl ClusterState {
         }
         // Claims whose node has not registered yet are capacity in flight: launched ones with their
         // instance's allocatable, not-yet-launched ones with what they were sized for.
-        let registered: HashSet<&str> = claim_for_node.values().map(|c| c.name()).collect();
-        for c in claims {
+        let registered: HashSet<&str> = claim_for_node.values().map(|i| claim_objects[*i].name()).collect();
+        for c_ref in &claims {
+            let c = c_ref.object();
             if registered.contains(c.name()) {
                 continue;
             }
@@ -311,7 +413,7 @@ impl ClusterState {
             state.nodes.push(StateNode {
                 name: c.name().to_owned(),
                 node: None,
-                claim: Some(c.clone()),
+                claim: Some(c_ref.to_shared()),
                 inferred_claim: false,
                 pool: node_labels.get(labels::NODE_POOL).cloned().or_else(|| c.node_pool().map(str::to_owned)),
                 labels: node_labels,
@@ -326,8 +428,21 @@ impl ClusterState {
                 pods: Vec::new(),
             });
         }
-        for pod in pods {
-            let info = PodInfo::from_pod(pod)?;
+        let mut seen = HashMap::new();
+        for pod_ref in pods {
+            let pod = pod_ref.object();
+            let info = match pod_ref.shared() {
+                Some(shared) => {
+                    let address = PodInfoCache::address(shared);
+                    let info = match cache.entries.remove(&address) {
+                        Some((_, info)) => info,
+                        None => Arc::new(PodInfo::from_pod(pod)?),
+                    };
+                    seen.insert(address, (Arc::clone(shared), Arc::clone(&info)));
+                    info
+                }
+                None => Arc::new(PodInfo::from_pod(pod)?),
+            };
             let terminal = crate::cluster::pod_finished(pod);
             let i = state.pods.len();
             if let Some(n) = info.node_name.as_ref().and_then(|n| by_name.get(n))
@@ -347,6 +462,7 @@ impl ClusterState {
                 .map(|t| t.0);
             state.pods.push(StatePod { info, terminal, static_pod, started });
         }
+        cache.entries = seen;
         for ds in daemon_sets {
             state.daemons.push(daemon_pod(ds)?);
         }
@@ -378,7 +494,7 @@ impl ClusterState {
     }
 
     /// Pods bound to a live node, with the node's name, for topology counts.
-    pub fn bound_pods(&self) -> Vec<(PodInfo, String)> {
+    pub fn bound_pods(&self) -> Vec<(Arc<PodInfo>, String)> {
         self.nodes
             .iter()
             .filter(|n| !n.deleting)

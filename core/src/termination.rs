@@ -177,7 +177,7 @@ mod tests {
     fn cluster(pods: Vec<Pod>) -> InMemoryCluster {
         let mut c = InMemoryCluster::default();
         for p in pods {
-            c.pods.insert(pod_key(&p), p);
+            c.pods.insert(pod_key(&p), p.into());
         }
         c
     }

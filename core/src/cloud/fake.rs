@@ -373,6 +373,17 @@ impl FakeCloud {
         self.state().calls.clear();
     }
 
+    /// Visits this cluster's live instances as stored (their `state` not brought up to date), without
+    /// copying them: for bookkeeping that reads types, zones and capacity types every step.
+    pub fn for_each_instance(&self, mut f: impl FnMut(&Instance)) {
+        let now = self.now();
+        let mut st = self.state();
+        self.reap(&mut st, now);
+        for s in st.instances.values().filter(|s| s.cluster == self.cluster) {
+            f(&s.instance);
+        }
+    }
+
     /// This cluster's live instances.
     pub fn instances(&self) -> Vec<Instance> {
         let now = self.now();

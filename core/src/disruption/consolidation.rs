@@ -1,6 +1,7 @@
 //! The backwards simulation and the methods built on it.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 use std::time::Instant;
 
 use super::candidates::{Blocked, Candidate, allowances};
@@ -38,7 +39,7 @@ pub struct Simulator<'a> {
     base: Scheduler,
     /// As `base`, with nodes inside their own `consolidateAfter` taking no pods from others.
     settled: Scheduler,
-    pods: Vec<PodInfo>,
+    pods: Vec<Arc<PodInfo>>,
     pool_cost: HashMap<String, f64>,
     pool_disruption: HashMap<String, f64>,
     split_attempts: u32,
@@ -56,7 +57,7 @@ impl<'a> Simulator<'a> {
         let options = provisioning::scheduler_options(inputs.settings);
         // Pending pods and the pods of nodes already being deleted land first: the room they will take
         // (often on capacity booting for them) is not room for the candidates' pods.
-        let first: Vec<PodInfo> = state.pods_to_place().map(|p| p.info.clone()).collect();
+        let first: Vec<PodInfo> = state.pods_to_place().map(|p| PodInfo::clone(&p.info)).collect();
         if !first.is_empty() {
             let requests: HashMap<String, Resources> = first.iter().map(|p| (p.key.clone(), p.requests)).collect();
             let by_name: HashMap<String, usize> = nodes.iter().enumerate().map(|(i, n)| (n.name.clone(), i)).collect();
@@ -70,8 +71,9 @@ impl<'a> Simulator<'a> {
             }
         }
         let mut base = Scheduler::new(pools, nodes, bound, &state.daemons, options);
-        let pods: Vec<PodInfo> = state.pods.iter().map(|p| p.info.clone()).collect();
-        let moving: Vec<PodInfo> = cands.iter().flat_map(|c| c.pods.iter().map(|i| pods[*i].clone())).collect();
+        let pods: Vec<Arc<PodInfo>> = state.pods.iter().map(|p| Arc::clone(&p.info)).collect();
+        let moving: Vec<PodInfo> =
+            cands.iter().flat_map(|c| c.pods.iter().map(|i| PodInfo::clone(&pods[*i]))).collect();
         base.register(&moving);
         let mut settled = base.clone();
         let unsettled: Vec<&str> = cands.iter().filter(|c| !c.consolidatable).map(|c| c.node.as_str()).collect();
@@ -113,7 +115,8 @@ impl<'a> Simulator<'a> {
             options.price_ceiling = ceiling;
             sim = sim.with_options(options);
         }
-        let pods: Vec<PodInfo> = cands.iter().flat_map(|c| c.pods.iter().map(|i| self.pods[*i].clone())).collect();
+        let pods: Vec<PodInfo> =
+            cands.iter().flat_map(|c| c.pods.iter().map(|i| PodInfo::clone(&self.pods[*i]))).collect();
         let mut results = sim.solve(pods);
         // A candidate's pods may not count on a node that is not initialized and Ready: deleting a node on
         // the promise of capacity still booting moves its pods onto room that other pods are waiting for.

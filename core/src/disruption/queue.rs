@@ -519,7 +519,7 @@ mod tests {
                 types: catalog(),
                 settings: Settings::default(),
                 cluster: InMemoryCluster {
-                    claims: [("od".to_owned(), crate::state::infer_claim(&nodes[0], t(0)))].into(),
+                    claims: [("od".to_owned(), crate::state::infer_claim(&nodes[0], t(0)).into())].into(),
                     ..Default::default()
                 },
                 nominations: Nominations::default(),

@@ -1,5 +1,7 @@
 //! The disruption ladder on small fleets, with the worked examples of the specification texts.
 
+use std::sync::Arc;
+
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
@@ -381,7 +383,7 @@ fn drifted_nodes_are_replaced_and_expired_leases_go_to_spot_first() {
         .node("leased", "gpu", "g5.2xlarge", "us-east-1a", OnDemand)
         .pod("p", "leased", "4", 1, json!({"annotations": {TRAINING: "true"}}));
     let mut state = fleet.state();
-    let claim = state.nodes[0].claim.as_mut().unwrap();
+    let claim = Arc::make_mut(state.nodes[0].claim.as_mut().unwrap());
     claim.set_condition(
         crate::api::condition_types::DRIFTED,
         crate::api::ConditionStatus::True,
@@ -440,7 +442,7 @@ fn an_expired_lease_is_reclaimed_onto_owned_reserved_capacity() {
         .node("leased", "gpu", "g5.2xlarge", "us-east-1a", OnDemand)
         .pod("p", "leased", "4", 1, json!({}));
     let mut state = fleet.state();
-    let claim = state.nodes[0].claim.as_mut().unwrap();
+    let claim = Arc::make_mut(state.nodes[0].claim.as_mut().unwrap());
     claim.set_condition(
         crate::api::condition_types::DRIFTED,
         crate::api::ConditionStatus::True,
@@ -467,7 +469,7 @@ fn a_changed_template_drifts_but_behavioural_fields_do_not() {
     let mut state = fleet.state();
     let pool = state.pools[0].clone();
     state.nodes[0].inferred_claim = false;
-    let claim = state.nodes[0].claim.as_mut().unwrap();
+    let claim = Arc::make_mut(state.nodes[0].claim.as_mut().unwrap());
     claim.metadata.annotations = Some([(labels::NODEPOOL_HASH.to_owned(), pool.template_hash())].into());
     assert_eq!(drift_reason(&state.nodes[0], &pool), None);
     let mut behavioural = pool.clone();
@@ -480,7 +482,7 @@ fn a_changed_template_drifts_but_behavioural_fields_do_not() {
     let mut narrowed = pool;
     narrowed.spec.template.spec.requirements =
         vec![crate::api::NodeSelectorRequirement::new(labels::CAPACITY_TYPE, crate::api::Operator::In, ["spot"])];
-    state.nodes[0].claim.as_mut().unwrap().metadata.annotations =
+    Arc::make_mut(state.nodes[0].claim.as_mut().unwrap()).metadata.annotations =
         Some([(labels::NODEPOOL_HASH.to_owned(), narrowed.template_hash())].into());
     assert_eq!(drift_reason(&state.nodes[0], &narrowed).as_deref(), Some("RequirementsDrifted"));
 }

@@ -118,7 +118,7 @@ async fn launch_records_the_instance_and_never_launches_twice() {
     assert_eq!(st.allocatable["nvidia.com/gpu"].0, "1");
     assert_eq!(c.label(labels::INSTANCE_TYPE), Some("fake.gpu"));
     // The status write is lost: the claim comes back unlaunched, and the cache answers.
-    let mut lost = c.clone();
+    let mut lost = NodeClaim::clone(c);
     lost.status = None;
     w.cluster.put_claim(lost);
     w.step("c1").await;
@@ -184,7 +184,7 @@ async fn a_claim_can_ignore_the_unavailable_offerings_cache_for_chosen_capacity_
     let spot = OfferingKey::new("fake.gpu", "test-zone-a", crate::cloud::CapacityType::Spot);
     w.unavailable.mark("fake", &spot, Duration::from_secs(180), w.clock.now());
     w.claim("c1", gpu_reqs(), json!({}));
-    let mut c = w.cluster.claims["c1"].clone();
+    let mut c = (*w.cluster.claims["c1"]).clone();
     c.metadata.annotations = Some([(IGNORE_UNAVAILABLE_OFFERINGS.to_owned(), "spot".to_owned())].into());
     w.cluster.put_claim(c);
     w.step("c1").await;
@@ -198,7 +198,7 @@ async fn a_claim_can_ignore_the_unavailable_offerings_cache_for_chosen_capacity_
 async fn registration_syncs_the_node_and_initialization_waits_for_gpus() {
     let mut w = World::new();
     w.claim("c1", gpu_reqs(), json!({"cpu": "1", "nvidia.com/gpu": "1"}));
-    let mut c = w.cluster.claims["c1"].clone();
+    let mut c = (*w.cluster.claims["c1"]).clone();
     c.spec.taints = vec![crate::scheduling::taints::taint("nvidia.com/gpu", None, "NoSchedule")];
     c.spec.startup_taints = vec![crate::scheduling::taints::taint("example.com/driver", None, "NoExecute")];
     w.cluster.put_claim(c);
@@ -219,7 +219,7 @@ async fn registration_syncs_the_node_and_initialization_waits_for_gpus() {
     assert!(!claim.is_initialized());
     assert!(claim.condition(condition_types::INITIALIZED).unwrap().message.contains("startup taint"));
     // The startup taint clears, but the device plugin has not reported the GPU yet.
-    let mut n = w.cluster.nodes["node-c1"].clone();
+    let mut n = (*w.cluster.nodes["node-c1"]).clone();
     n.spec.as_mut().unwrap().taints.as_mut().unwrap().retain(|t| t.key != "example.com/driver");
     w.cluster.put_node(n.clone());
     w.step("c1").await;
@@ -237,7 +237,7 @@ async fn two_nodes_with_one_provider_id_is_an_error_condition() {
     w.claim("c1", gpu_reqs(), json!({}));
     w.step("c1").await;
     w.kubelet_registers("c1", true, json!({}));
-    let mut twin = w.cluster.nodes["node-c1"].clone();
+    let mut twin = (*w.cluster.nodes["node-c1"]).clone();
     twin.metadata.name = Some("twin".into());
     w.cluster.put_node(twin);
     w.step("c1").await;
@@ -341,7 +341,7 @@ async fn registered_claims_whose_instance_is_gone_are_deleted_once_the_node_is_n
         w.lifecycle.collect_garbage(&mut w.cluster, w.clock.now()).await.unwrap().is_empty(),
         "the node is still Ready"
     );
-    let mut n = w.cluster.nodes["node-c1"].clone();
+    let mut n = (*w.cluster.nodes["node-c1"]).clone();
     n.status.as_mut().unwrap().conditions.as_mut().unwrap()[0].status = "Unknown".into();
     w.cluster.put_node(n);
     let done = w.lifecycle.collect_garbage(&mut w.cluster, w.clock.now()).await.unwrap();
@@ -375,7 +375,7 @@ async fn a_node_that_registered_after_its_claim_was_deleted_goes_once_the_instan
     w.claim("c1", gpu_reqs(), json!({}));
     w.step("c1").await;
     let pid = w.cluster.claims["c1"].provider_id().unwrap().to_owned();
-    let mut c = w.cluster.claims["c1"].clone();
+    let mut c = (*w.cluster.claims["c1"]).clone();
     c.metadata.deletion_timestamp = Some(Time(w.clock.now()));
     w.cluster.put_claim(c);
     assert_eq!(w.step("c1").await, Next::After(Duration::from_secs(5)), "terminating");
@@ -404,7 +404,7 @@ async fn an_on_demand_lease_expires_into_drift_and_is_reclaimed_to_spot() {
     }
     w.claim("c1", gpu_reqs(), json!({}));
     w.step("c1").await;
-    let claim = w.cluster.claims["c1"].clone();
+    let claim = (*w.cluster.claims["c1"]).clone();
     assert_eq!(claim.label(labels::CAPACITY_TYPE), Some("on-demand"));
     assert!(claim.annotation(LEASE_EXPIRES_AT).is_some());
     w.kubelet_registers("c1", true, json!({}));
@@ -418,8 +418,8 @@ async fn an_on_demand_lease_expires_into_drift_and_is_reclaimed_to_spot() {
     assert_eq!((drifted.status, drifted.reason.as_str()), (ConditionStatus::True, ON_DEMAND_LEASE_EXPIRED));
 
     // Disruption sorts it first and pins its replacement to spot.
-    let node = w.cluster.nodes["node-c1"].clone();
-    let claims: Vec<NodeClaim> = w.cluster.claims.values().cloned().collect();
+    let node = (*w.cluster.nodes["node-c1"]).clone();
+    let claims: Vec<NodeClaim> = w.cluster.claims.values().map(|c| NodeClaim::clone(c)).collect();
     let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(json!({"metadata": {"name": "p", "namespace": "default"},
         "spec": {"nodeName": "node-c1", "containers": [{"name": "c", "resources": {"requests": {"cpu": "1", "nvidia.com/gpu": "1"}}}]},
         "status": {"phase": "Running"}}))
@@ -456,7 +456,7 @@ fn bound_pod(w: &mut World, name: &str, node: &str, extra: serde_json::Value) {
         "status": {"phase": "Running", "startTime": "2026-01-01T00:00:00Z"}});
     crate::testing::merge(&mut v, extra);
     let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(v).unwrap();
-    w.cluster.pods.insert(format!("default/{name}"), pod);
+    w.cluster.pods.insert(format!("default/{name}"), pod.into());
 }
 
 async fn running(w: &mut World, name: &str) {
@@ -475,7 +475,7 @@ async fn deleting_a_claim_drains_its_node_then_terminates_the_instance() {
     running(&mut w, "c1").await;
     bound_pod(&mut w, "web", "node-c1", json!({}));
     bound_pod(&mut w, "train", "node-c1", json!({"metadata": {"annotations": {labels::DO_NOT_DISRUPT: "true"}}}));
-    let mut c = w.cluster.claims["c1"].clone();
+    let mut c = (*w.cluster.claims["c1"]).clone();
     c.metadata.deletion_timestamp = Some(Time(w.clock.now()));
     c.spec.termination_grace_period = Some(crate::api::KubeDuration::from_secs(10 * MIN));
     w.cluster.put_claim(c);
@@ -499,7 +499,7 @@ async fn deleting_a_claim_drains_its_node_then_terminates_the_instance() {
 async fn claims_expire_after_expire_after() {
     let mut w = World::new();
     running(&mut w, "c1").await;
-    let mut c = w.cluster.claims["c1"].clone();
+    let mut c = (*w.cluster.claims["c1"]).clone();
     c.spec.expire_after = crate::api::NillableDuration::from_secs(60 * MIN);
     w.cluster.put_claim(c);
     w.at(59);
@@ -545,10 +545,18 @@ async fn a_spot_interruption_drains_replaces_and_marks_the_offering() {
     let key = OfferingKey::new("fake.gpu", &zone, crate::cloud::CapacityType::Spot);
     assert!(w.unavailable.is_unavailable("fake", &key, now));
     // Provisioning sees the deleting node's pod and buys for it, avoiding the interrupted offering.
-    let nodes: Vec<Node> = w.cluster.nodes.values().cloned().collect();
-    let pods: Vec<_> = w.cluster.pods.values().cloned().collect();
-    let claims: Vec<NodeClaim> = w.cluster.claims.values().cloned().collect();
-    let state = crate::state::ClusterState::from_objects(&pods, &nodes, &claims, &[], &[], &w.pools, now).unwrap();
+    let c = &w.cluster;
+    let state = crate::state::ClusterState::from_shared(
+        c.pods.values(),
+        c.nodes.values(),
+        c.claims.values(),
+        &[],
+        &[],
+        &w.pools,
+        now,
+        &mut Default::default(),
+    )
+    .unwrap();
     let unavailable = w.unavailable.clone();
     let types_for = move |_: &NodePool| {
         let mut t = FakeCloud::default_catalog();
@@ -570,7 +578,7 @@ async fn volumes_detach_before_the_instance_goes_and_deleting_the_node_deletes_t
     running(&mut w, "c1").await;
     w.cluster.volume_attachments.insert("csi-123".into(), "node-c1".into());
     // kubectl delete node: the claim follows.
-    let mut n = w.cluster.nodes["node-c1"].clone();
+    let mut n = (*w.cluster.nodes["node-c1"]).clone();
     n.metadata.deletion_timestamp = Some(Time(w.clock.now()));
     w.cluster.put_node(n);
     w.step("c1").await;

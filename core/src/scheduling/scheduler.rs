@@ -11,7 +11,7 @@ use super::daemon::{DaemonPod, daemon_overhead};
 use super::pod::{Constraints, HostPort, PodInfo, Relaxation, TopologyKind};
 use super::requirements::{Requirement, Requirements};
 use super::taints;
-use super::topology::{Domain, DomainFilter, Landed, Topology};
+use super::topology::{BoundNode, Domain, DomainFilter, Landed, Topology};
 use crate::api::{NodePool, labels};
 use crate::cloud::{CapacityType, InstanceType, Offering};
 use crate::resources::{ResourceName, Resources, format_quantity};
@@ -206,6 +206,21 @@ struct Claim {
     price: Option<f64>,
 }
 
+/// Records `value` as a domain of `key`, copying the strings only when they are new (most calls repeat a
+/// known pair: every node and instance type of a zone names it).
+fn note_domain(universe: &mut HashMap<String, BTreeSet<String>>, key: &str, value: &str) {
+    match universe.get_mut(key) {
+        Some(values) => {
+            if !values.contains(value) {
+                values.insert(value.to_owned());
+            }
+        }
+        None => {
+            universe.insert(key.to_owned(), BTreeSet::from([value.to_owned()]));
+        }
+    }
+}
+
 /// What does not change about a node during a pass, shared by every simulation.
 #[derive(Debug)]
 struct NodeInfo {
@@ -361,7 +376,7 @@ impl Scheduler {
     pub fn new(
         pools: Vec<PoolInput>,
         nodes: Vec<ExistingNode>,
-        bound: Vec<(PodInfo, String)>,
+        bound: Vec<(Arc<PodInfo>, String)>,
         daemons: &[DaemonPod],
         options: SchedulerOptions,
     ) -> Self {
@@ -374,14 +389,14 @@ impl Scheduler {
             for t in pool.base.iter() {
                 let te = &pool.types[*t as usize];
                 for o in te.it.offerings.iter().filter(|o| offering_ok(o, &pool.reqs)) {
-                    universe.entry(labels::ZONE.to_owned()).or_default().insert(o.zone.clone());
+                    note_domain(&mut universe, labels::ZONE, &o.zone);
                 }
                 for (k, v) in &te.it.labels {
-                    universe.entry(k.clone()).or_default().insert(v.clone());
+                    note_domain(&mut universe, k, v);
                 }
             }
             for (k, v) in pool.reqs.single_values() {
-                universe.entry(k.to_owned()).or_default().insert(v.to_owned());
+                note_domain(&mut universe, k, v);
             }
             built.push(pool);
         }
@@ -392,7 +407,7 @@ impl Scheduler {
                 n.labels.entry(labels::HOSTNAME.to_owned()).or_insert(hostname);
                 for (k, v) in &n.labels {
                     if k != labels::HOSTNAME {
-                        universe.entry(k.clone()).or_default().insert(v.clone());
+                        note_domain(&mut universe, k, v);
                     }
                 }
                 Node {
@@ -412,13 +427,17 @@ impl Scheduler {
         let prefer_no_schedule = built.iter().any(|p| p.taints.iter().any(|t| t.effect == "PreferNoSchedule"))
             || nodes.iter().any(|n| n.info.taints.iter().any(|t| t.effect == "PreferNoSchedule"));
         let mut topology = Topology::new(universe);
-        let node_info: HashMap<&str, (&BTreeMap<String, String>, &Vec<Taint>)> =
-            nodes.iter().map(|n| (n.info.name.as_str(), (&n.info.labels, &n.info.taints))).collect();
-        for (pod, node) in bound {
-            let (l, t) = node_info.get(node.as_str()).map(|(l, t)| ((*l).clone(), (*t).clone())).unwrap_or_default();
-            let mut l = l;
-            l.entry(labels::HOSTNAME.to_owned()).or_insert_with(|| node.clone());
-            topology.add_bound(pod, &node, l, t);
+        // Each node's labels and taints are copied once, for all of its pods.
+        let mut bound_nodes: HashMap<&str, Arc<BoundNode>> = HashMap::new();
+        let node_info: HashMap<&str, &NodeInfo> = nodes.iter().map(|n| (n.info.name.as_str(), &*n.info)).collect();
+        for (pod, node) in &bound {
+            let shared = bound_nodes.entry(node.as_str()).or_insert_with(|| {
+                let (mut labels, taints) =
+                    node_info.get(node.as_str()).map(|i| (i.labels.clone(), i.taints.clone())).unwrap_or_default();
+                labels.entry(labels::HOSTNAME.to_owned()).or_insert_with(|| node.clone());
+                Arc::new(BoundNode { name: node.clone(), labels, taints })
+            });
+            topology.add_bound(Arc::clone(pod), Arc::clone(shared));
         }
         Self {
             pools: built,

@@ -177,7 +177,7 @@ fn anti_affinity_of_running_pods_keeps_matching_pods_away() {
     let r = Scheduler::new(
         vec![input(NodePool::new("default", NodePoolSpec::default()), sized_catalog(4))],
         vec![node],
-        vec![(bound, "n1".into())],
+        vec![(bound.into(), "n1".into())],
         &[],
         SchedulerOptions::default(),
     )
@@ -418,7 +418,8 @@ fn node_taints_policy_honor_ignores_pods_on_untolerated_nodes() {
         json!({"topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone", "whenUnsatisfiable": "DoNotSchedule",
             "nodeTaintsPolicy": policy, "labelSelector": {"matchLabels": {"app": "web"}}}]})
     };
-    let bound = |i: usize| (pod_with(&format!("old-{i}"), "1", json!({}), json!({"app": "web"})), "tainted".to_owned());
+    let bound =
+        |i: usize| (pod_with(&format!("old-{i}"), "1", json!({}), json!({"app": "web"})).into(), "tainted".to_owned());
     let zone_for = |policy: &str| {
         let p = pod_with("new", "1", spread(policy), json!({"app": "web"}));
         let r = Scheduler::new(

@@ -2,6 +2,7 @@
 //! the same constraint.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
 
 use super::pod::{PodInfo, TopologyKind, TopologyTerm};
 use k8s_openapi::api::core::v1::{Taint, Toleration};
@@ -69,13 +70,20 @@ impl DomainFilter {
     }
 }
 
-/// A pod bound to a node, with what topology needs of the node.
+/// What topology needs of a node running pods: its name, labels (hostname included) and taints, shared
+/// by all its pods.
+#[derive(Debug)]
+pub(crate) struct BoundNode {
+    pub(crate) name: String,
+    pub(crate) labels: BTreeMap<String, String>,
+    pub(crate) taints: Vec<Taint>,
+}
+
+/// A pod bound to a node.
 #[derive(Debug, Clone)]
 pub(crate) struct Bound {
-    pod: PodInfo,
-    node: String,
-    labels: BTreeMap<String, String>,
-    taints: Vec<Taint>,
+    pod: Arc<PodInfo>,
+    node: Arc<BoundNode>,
 }
 
 /// Where a pod lands, for recording: a named domain, or the hostname of a claim opened in this pass.
@@ -109,7 +117,7 @@ pub(crate) struct Topology {
     universe: HashMap<String, BTreeSet<String>>,
     /// Bound pods with their node's labels and taints, counted into groups created later (shared by
     /// clones).
-    bound: std::sync::Arc<Vec<Bound>>,
+    bound: Arc<Vec<Bound>>,
     /// Nodes removed from this simulation: their pods no longer count.
     removed: std::collections::HashSet<String>,
 }
@@ -119,18 +127,12 @@ impl Topology {
         Self { universe, ..Self::default() }
     }
 
-    /// Registers a pod already running on a node with `node_labels` (hostname included).
-    pub(crate) fn add_bound(
-        &mut self,
-        pod: PodInfo,
-        node: &str,
-        node_labels: BTreeMap<String, String>,
-        node_taints: Vec<Taint>,
-    ) {
+    /// Registers a pod already running on `node`.
+    pub(crate) fn add_bound(&mut self, pod: Arc<PodInfo>, node: Arc<BoundNode>) {
         for g in &mut self.groups {
-            if let Some(d) = node_labels.get(&g.term.key)
+            if let Some(d) = node.labels.get(&g.term.key)
                 && g.selects(&pod)
-                && g.counts_node(&node_taints)
+                && g.counts_node(&node.taints)
             {
                 *g.counts.entry(d.clone()).or_default() += 1;
                 g.total += 1;
@@ -139,16 +141,11 @@ impl Topology {
         // The pod's own anti-affinity keeps matching pods out of its domain.
         for t in pod.topology.iter().filter(|t| t.kind == TopologyKind::AntiAffinity) {
             let gid = self.group(t);
-            if let Some(d) = node_labels.get(&t.key) {
+            if let Some(d) = node.labels.get(&t.key) {
                 *self.groups[gid].owners.entry(d.clone()).or_default() += 1;
             }
         }
-        std::sync::Arc::make_mut(&mut self.bound).push(Bound {
-            pod,
-            node: node.to_owned(),
-            labels: node_labels,
-            taints: node_taints,
-        });
+        Arc::make_mut(&mut self.bound).push(Bound { pod, node });
     }
 
     /// Forgets the pods bound to `node`, as if it were gone.
@@ -156,11 +153,11 @@ impl Topology {
         if !self.removed.insert(node.to_owned()) {
             return;
         }
-        let bound = std::sync::Arc::clone(&self.bound);
-        for b in bound.iter().filter(|b| b.node == node) {
+        let bound = Arc::clone(&self.bound);
+        for b in bound.iter().filter(|b| b.node.name == node) {
             for g in &mut self.groups {
-                if let Some(d) = b.labels.get(&g.term.key) {
-                    if g.selects(&b.pod) && g.counts_node(&b.taints) {
+                if let Some(d) = b.node.labels.get(&g.term.key) {
+                    if g.selects(&b.pod) && g.counts_node(&b.node.taints) {
                         if let Some(c) = g.counts.get_mut(d) {
                             *c -= 1;
                         }
@@ -191,10 +188,10 @@ impl Topology {
             any_claim_owner: false,
             tolerations: term.honor_taints.as_deref().map(|t| serde_json::from_str(t).unwrap_or_default()),
         };
-        for b in self.bound.iter().filter(|b| !self.removed.contains(&b.node)) {
-            if let Some(d) = b.labels.get(&term.key)
+        for b in self.bound.iter().filter(|b| !self.removed.contains(&b.node.name)) {
+            if let Some(d) = b.node.labels.get(&term.key)
                 && g.selects(&b.pod)
-                && g.counts_node(&b.taints)
+                && g.counts_node(&b.node.taints)
             {
                 *g.counts.entry(d.clone()).or_default() += 1;
                 g.total += 1;

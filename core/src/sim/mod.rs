@@ -21,9 +21,9 @@ use crate::cluster::{InMemoryCluster, pod_key};
 use crate::disruption::queue::{Controller, Event};
 use crate::lifecycle::{Lifecycle, Next};
 use crate::provisioning::{self, Batcher, Nominations};
-use crate::scheduling::{DaemonPod, Scheduler, SchedulerOptions};
+use crate::scheduling::{DaemonPod, PodInfo, Scheduler, SchedulerOptions};
 use crate::settings::Settings;
-use crate::state::{ClusterState, daemon_pod};
+use crate::state::{ClusterState, PodInfoCache, daemon_pod};
 
 /// How the simulated nodes behave.
 #[derive(Debug, Clone)]
@@ -105,6 +105,8 @@ pub struct Sim {
     daemon_sets: Vec<DaemonSet>,
     /// Each DaemonSet's pod as the scheduler sees it, in the order of `daemon_sets`.
     daemon_pods: Vec<DaemonPod>,
+    /// Scheduling views of the pods, reused across state builds while a pod is unchanged.
+    pod_infos: std::sync::Mutex<PodInfoCache>,
 }
 
 impl Sim {
@@ -140,6 +142,7 @@ impl Sim {
             rebooted: HashMap::new(),
             daemon_sets: Vec::new(),
             daemon_pods: Vec::new(),
+            pod_infos: Default::default(),
         }
     }
 
@@ -182,7 +185,7 @@ impl Sim {
     pub fn add_pod(&mut self, pod: Pod) {
         let key = pod_key(&pod);
         self.desired.insert(key.clone(), pod.clone());
-        self.cluster.pods.insert(key, pod);
+        self.cluster.pods.insert(key, Arc::new(pod));
     }
 
     /// Removes a pod for good (a finished job, a scale-down).
@@ -195,7 +198,10 @@ impl Sim {
     pub fn state(&self) -> ClusterState {
         let now = self.clock.now();
         let c = &self.cluster;
-        let mut s = ClusterState::from_objects(
+        // A poisoned lock only means a panic elsewhere mid-build: the cache is still sound (it is keyed on
+        // the objects themselves).
+        let mut cache = self.pod_infos.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut s = ClusterState::from_shared(
             c.pods.values(),
             c.nodes.values(),
             c.claims.values(),
@@ -203,6 +209,7 @@ impl Sim {
             &c.pdbs,
             &self.pools,
             now,
+            &mut cache,
         )
         .unwrap_or_default();
         self.disruption.queue.apply(&mut s);
@@ -245,7 +252,7 @@ impl Sim {
                     spec.node_name = None;
                 }
                 fresh.status = None;
-                self.cluster.pods.insert(key.clone(), fresh);
+                self.cluster.pods.insert(key.clone(), Arc::new(fresh));
             }
         }
     }
@@ -290,12 +297,12 @@ impl Sim {
             }))
             .ok();
             if let Some(node) = node {
-                self.cluster.nodes.insert(claim.name().to_owned(), node);
+                self.cluster.nodes.insert(claim.name().to_owned(), Arc::new(node));
             }
         }
         // The device plugin reports GPUs, and startup taints clear, after their delay.
-        for node in self.cluster.nodes.values_mut() {
-            let Some(at) = node
+        for shared in self.cluster.nodes.values_mut() {
+            let Some(at) = shared
                 .metadata
                 .annotations
                 .as_ref()
@@ -307,14 +314,23 @@ impl Sim {
             if clock::since(now, at) < self.kubelet.device_plugin_delay {
                 continue;
             }
-            let name = node.metadata.name.clone().unwrap_or_default();
+            let name = shared.metadata.name.clone().unwrap_or_default();
             let Some(claim) = self.cluster.claims.get(&name) else { continue };
             let full = claim.status.as_ref().map(|s| s.allocatable.clone()).unwrap_or_default();
+            let startup =
+                |t: &k8s_openapi::api::core::v1::Taint| claim.spec.startup_taints.iter().any(|s| s.key == t.key);
+            let reported = shared.status.as_ref().and_then(|s| s.allocatable.as_ref());
+            let tainted = shared.spec.iter().flat_map(|s| s.taints.iter().flatten()).any(startup);
+            // Written once: a node already reporting everything is left as it is (and stays shared).
+            if (shared.status.is_none() || reported == Some(&full)) && !tainted {
+                continue;
+            }
+            let node = Arc::make_mut(shared);
             if let Some(st) = node.status.as_mut() {
                 st.allocatable = Some(full);
             }
             if let Some(t) = node.spec.as_mut().and_then(|s| s.taints.as_mut()) {
-                t.retain(|t| !claim.spec.startup_taints.iter().any(|s| s.key == t.key));
+                t.retain(|t| !startup(t));
             }
         }
     }
@@ -378,7 +394,7 @@ impl Sim {
                     spec: Some(spec),
                     status: serde_json::from_value(json!({"phase": "Running", "startTime": now.to_string()})).ok(),
                 };
-                self.cluster.pods.insert(key, pod);
+                self.cluster.pods.insert(key, Arc::new(pod));
             }
         }
     }
@@ -462,7 +478,7 @@ impl Sim {
             self.unschedulable_digest = Some(digest);
             return;
         }
-        let pending: Vec<_> = state.pending_pods().map(|p| p.info.clone()).collect();
+        let pending: Vec<_> = state.pending_pods().map(|p| PodInfo::clone(&p.info)).collect();
         if pending.is_empty() {
             self.unschedulable_digest = Some(digest);
             return;
@@ -473,7 +489,7 @@ impl Sim {
         self.unschedulable_digest = (!bound_any).then_some(digest);
         for placed in results.existing {
             for key in placed.pods {
-                if let Some(pod) = self.cluster.pods.get_mut(&key) {
+                if let Some(pod) = self.cluster.pods.get_mut(&key).map(Arc::make_mut) {
                     if let Some(spec) = pod.spec.as_mut() {
                         spec.node_name = Some(placed.node.clone());
                     }
@@ -572,7 +588,7 @@ impl Sim {
                 && let Some(c) = self.cluster.claims.get(claim).cloned()
             {
                 // The executor's half of a reboot: taint the node and ask the provider.
-                if let Some(n) = self.cluster.nodes.get_mut(node) {
+                if let Some(n) = self.cluster.nodes.get_mut(node).map(Arc::make_mut) {
                     let taints = n.spec.get_or_insert_with(Default::default).taints.get_or_insert_with(Vec::new);
                     taints.push(crate::scheduling::taints::taint(labels::REBOOTING_TAINT, None, "NoSchedule"));
                 }
@@ -594,7 +610,7 @@ impl Sim {
             .collect();
         for n in back {
             self.rebooted.remove(&n);
-            if let Some(node) = self.cluster.nodes.get_mut(&n)
+            if let Some(node) = self.cluster.nodes.get_mut(&n).map(Arc::make_mut)
                 && let Some(t) = node.spec.as_mut().and_then(|s| s.taints.as_mut())
             {
                 t.retain(|t| t.key != labels::REBOOTING_TAINT);
@@ -604,7 +620,7 @@ impl Sim {
 
     /// Live claims (not being deleted).
     pub fn live_claims(&self) -> Vec<&NodeClaim> {
-        self.cluster.claims.values().filter(|c| c.metadata.deletion_timestamp.is_none()).collect()
+        self.cluster.claims.values().filter(|c| c.metadata.deletion_timestamp.is_none()).map(|c| &**c).collect()
     }
 
     /// Pods not bound to a node.

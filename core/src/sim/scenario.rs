@@ -728,10 +728,11 @@ pub async fn run(scenario: &Scenario, settings: Settings, progress: &mut dyn FnM
         });
         sim.tick().await;
         // Instances launched in a registration-failure window may never register.
-        for inst in cloud.instances() {
-            if !seen_instances.insert(inst.provider_id.clone()) {
-                continue;
+        cloud.for_each_instance(|inst| {
+            if seen_instances.contains(&inst.provider_id) {
+                return;
             }
+            seen_instances.insert(inst.provider_id.clone());
             let hit = |window: Option<(Timestamp, f64)>, rng: &mut Rng| {
                 window.is_some_and(|(until, share)| now < until && (rng.below(1000) as f64) < share * 1000.0)
             };
@@ -740,7 +741,7 @@ pub async fn run(scenario: &Scenario, settings: Settings, progress: &mut dyn FnM
             } else if hit(failing_readiness, &mut rng) {
                 sim.never_ready.insert(inst.provider_id.clone());
             }
-        }
+        });
         // Bookkeeping: binding waits and job clocks.
         for (key, pod) in &sim.cluster.pods {
             if pod.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_none() {
@@ -756,7 +757,7 @@ pub async fn run(scenario: &Scenario, settings: Settings, progress: &mut dyn FnM
         let mut rate = 0.0;
         let mut nodes_by_ct: BTreeMap<String, u32> = BTreeMap::new();
         let mut nodes_by_it: BTreeMap<String, u32> = BTreeMap::new();
-        for inst in cloud.instances() {
+        cloud.for_each_instance(|inst| {
             let price = prices
                 .get(&(inst.instance_type.clone(), inst.zone.clone(), inst.capacity_type))
                 .copied()
@@ -766,7 +767,7 @@ pub async fn run(scenario: &Scenario, settings: Settings, progress: &mut dyn FnM
             *nodes_by_ct.entry(inst.capacity_type.to_string()).or_default() += 1;
             *nodes_by_it.entry(inst.instance_type.clone()).or_default() += 1;
             report.node_hours += hours(step);
-        }
+        });
         report.total_cost += rate * hours(step);
         for (at, e) in &sim.events[events_seen..] {
             let hour = hours(clock::since(*at, start));

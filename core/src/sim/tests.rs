@@ -71,7 +71,7 @@ async fn a_spot_interruption_notice_replaces_the_node_at_once() {
 
 fn sicken(sim: &mut Sim, node: &str, reason: &str, minutes_ago: i64) {
     let at = sim.clock.now() - jiff::SignedDuration::from_mins(minutes_ago);
-    let n = sim.cluster.nodes.get_mut(node).unwrap();
+    let n = std::sync::Arc::make_mut(sim.cluster.nodes.get_mut(node).unwrap());
     let conditions = n.status.as_mut().unwrap().conditions.as_mut().unwrap();
     conditions.push(
         serde_json::from_value(json!({"type": "AcceleratedHardwareReady", "status": "False", "reason": reason,
@@ -246,7 +246,7 @@ fn check_invariants(sim: &Sim, cloud: &FakeCloud, seed: u64, orphans: &mut HashM
             && let Event::Finished(Outcome::Completed { replacements, .. }) = e
         {
             for r in replacements {
-                let ok = sim.cluster.claims.get(r).is_some_and(NodeClaim::is_initialized);
+                let ok = sim.cluster.claims.get(r).is_some_and(|c| c.is_initialized());
                 assert!(ok, "seed {seed}: a candidate was deleted before replacement {r} initialized");
             }
         }
