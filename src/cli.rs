@@ -152,9 +152,18 @@ fn execute(operator: Operator, cli: Cli) -> Result<ExitCode> {
             }
         }
         Command::Simulate { scenario, output, compare: Some(files), .. } => {
+            // Each run: `--config`, then its own file, then `--set`, later layers winning.
+            let base = match cli.config.as_deref() {
+                Some(path) => crate::simulate::settings_file(path)?,
+                None => Vec::new(),
+            };
             let runs = files
                 .iter()
-                .map(|f| crate::simulate::settings_file(f).and_then(|flags| crate::simulate::run(scenario, &flags)))
+                .map(|f| {
+                    let own = crate::simulate::settings_file(f)?;
+                    let flags: Vec<_> = base.iter().chain(&own).chain(&cli.set).cloned().collect();
+                    crate::simulate::run(scenario, &flags)
+                })
                 .collect::<Result<Vec<_>>>()?;
             match output {
                 Output::Json => {
@@ -170,7 +179,13 @@ fn execute(operator: Operator, cli: Cli) -> Result<ExitCode> {
             }
         }
         Command::Simulate { scenario, output, report: html, compare: None } => {
-            let report = crate::simulate::run(scenario, &cli.set)?;
+            // `--config`, then `--set`, over the scenario's own settings.
+            let mut flags = match cli.config.as_deref() {
+                Some(path) => crate::simulate::settings_file(path)?,
+                None => Vec::new(),
+            };
+            flags.extend(cli.set.iter().cloned());
+            let report = crate::simulate::run(scenario, &flags)?;
             if let Some(path) = html {
                 std::fs::write(path, crate::report::html(&report))
                     .with_context(|| format!("writing {}", path.display()))?;

@@ -6,15 +6,9 @@ use std::path::Path;
 use anyhow::{Context, Result};
 use tenon_core::sim::scenario::{self, Report, Scenario};
 
-/// Reads a settings file for `--compare` into `key=value` pairs (either spelling of a key).
+/// Reads a settings file (`--config`, `--compare`) into `key=value` pairs, checked against the settings.
 pub fn settings_file(path: &Path) -> Result<Vec<(String, String)>> {
-    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    let map: std::collections::BTreeMap<String, serde_json::Value> =
-        serde_yaml_ng::from_str(&text).with_context(|| format!("{}: expected a map of settings", path.display()))?;
-    let flags: Vec<(String, String)> =
-        map.into_iter().map(|(k, v)| (k, v.as_str().map(str::to_owned).unwrap_or_else(|| v.to_string()))).collect();
-    tenon_core::settings::load(None, Vec::new(), &flags).with_context(|| format!("{}", path.display()))?;
-    Ok(flags)
+    Ok(tenon_core::settings::file_values(path)?)
 }
 
 /// Prints two runs side by side, with the difference.
@@ -34,9 +28,13 @@ pub fn print_comparison(
     };
     row(out, "total cost ($)", a.total_cost, b.total_cost, "")?;
     row(out, "node-hours", a.node_hours, b.node_hours, "")?;
+    row(out, "p50 time to schedule (s)", a.time_to_schedule_seconds.p50, b.time_to_schedule_seconds.p50, "")?;
     row(out, "p95 time to schedule (s)", a.time_to_schedule_seconds.p95, b.time_to_schedule_seconds.p95, "")?;
     let disruptions = |r: &Report| r.disruptions.values().sum::<u64>() as f64;
+    let empty = |r: &Report| r.disruptions.get("Emptiness").copied().unwrap_or(0) as f64;
     row(out, "nodes disrupted", disruptions(a), disruptions(b), "")?;
+    row(out, "  empty, deleted", empty(a), empty(b), "")?;
+    row(out, "  drained of pods", disruptions(a) - empty(a), disruptions(b) - empty(b), "")?;
     row(out, "pods evicted", a.pods_evicted as f64, b.pods_evicted as f64, "")?;
     row(out, "launches", a.launches as f64, b.launches as f64, "")?;
     Ok(())

@@ -159,6 +159,17 @@ fn fleet_pricing_consolidation_costs_less_than_upstream_defaults() {
     let cost = |i: usize| runs[i]["report"]["totalCost"].as_f64().unwrap();
     let (upstream, fleet) = (cost(0), cost(1));
     assert!(fleet < upstream * 0.98, "fleet pricing ${fleet:.2} vs upstream ${upstream:.2}");
+    // Without disrupting workloads more: no more pods evicted, and no more nodes drained with pods on
+    // them. (Deleting a node after its last job ends disrupts nothing; fleet pricing runs more, smaller
+    // nodes, so it deletes more empty ones.)
+    let evicted = |i: usize| runs[i]["report"]["podsEvicted"].as_u64().unwrap();
+    assert!(evicted(1) <= evicted(0), "fleet pricing evicted {} pods, upstream {}", evicted(1), evicted(0));
+    let drained = |i: usize| -> u64 {
+        let by_method = runs[i]["report"]["disruptions"].as_object().unwrap();
+        by_method.iter().filter(|(m, _)| m.as_str() != "Emptiness").map(|(_, n)| n.as_u64().unwrap()).sum()
+    };
+    assert!(drained(1) <= drained(0), "fleet pricing drained {} nodes, upstream {}", drained(1), drained(0));
+    assert!(drained(0) > 0, "upstream consolidates too: the comparison means something");
     for i in 0..2 {
         assert_eq!(runs[i]["report"]["pendingAtEnd"], 0, "both schedule every pod");
     }
@@ -280,4 +291,39 @@ fn the_mixed_accelerator_scenario_places_every_pod() {
         .iter()
         .any(|s| s["nodesByInstanceType"].as_object().unwrap().keys().any(|t| t.starts_with("p4d.")));
     assert!(a100, "A100 (p4d) nodes were launched");
+}
+
+#[test]
+fn simulate_reads_its_config_file() {
+    // A settings file passed with --config is layered over the scenario: a bad value in it is refused,
+    // and a good one changes the run exactly as the same --set would.
+    let dir = std::env::temp_dir();
+    let bad = dir.join(format!("tenon-sim-config-bad-{}.yaml", std::process::id()));
+    std::fs::write(&bad, "max-consolidation-replacements: many\n").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_tenon"))
+        .args(["simulate", "tests/scenarios/short.yaml", "-o", "json", "--config"])
+        .arg(&bad)
+        .output()
+        .unwrap();
+    std::fs::remove_file(&bad).unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("max-consolidation-replacements"));
+    assert!(out.stdout.is_empty());
+
+    let good = dir.join(format!("tenon-sim-config-good-{}.toml", std::process::id()));
+    std::fs::write(&good, "batch-max-duration = \"5m\"\nbatch-idle-duration = \"5m\"\n").unwrap();
+    let run = |extra: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_tenon"))
+            .args(["simulate", "tests/scenarios/short.yaml", "-o", "json"])
+            .args(extra)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let from_file = run(&["--config", good.to_str().unwrap()]);
+    std::fs::remove_file(&good).unwrap();
+    let from_flags = run(&["--set", "batch-max-duration=5m", "--set", "batch-idle-duration=5m"]);
+    assert_eq!(from_file, from_flags);
+    assert_ne!(from_file, run(&[]), "the file's settings change the run");
 }

@@ -108,6 +108,10 @@ pub trait Objects {
     fn nodes_with_provider_id(&self, provider_id: &str) -> Vec<Node> {
         self.nodes().into_iter().filter(|n| node_provider_id(n) == Some(provider_id)).collect()
     }
+    /// Whether a node whose `spec.providerID` is `provider_id` is being deleted.
+    fn node_deleting(&self, provider_id: &str) -> bool {
+        self.nodes_with_provider_id(provider_id).iter().any(|n| n.metadata.deletion_timestamp.is_some())
+    }
     /// Creates or updates a node.
     fn put_node(&mut self, node: Node);
     /// Removes a node.
@@ -191,6 +195,9 @@ impl Objects for InMemoryCluster {
     }
     fn nodes_with_provider_id(&self, provider_id: &str) -> Vec<Node> {
         self.nodes.values().filter(|n| node_provider_id(n) == Some(provider_id)).map(|n| Node::clone(n)).collect()
+    }
+    fn node_deleting(&self, provider_id: &str) -> bool {
+        self.nodes.values().any(|n| node_provider_id(n) == Some(provider_id) && n.metadata.deletion_timestamp.is_some())
     }
     fn put_node(&mut self, node: Node) {
         self.nodes.insert(node.metadata.name.clone().unwrap_or_default(), Arc::new(node));

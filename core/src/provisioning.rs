@@ -125,6 +125,7 @@ pub fn scheduler_options(settings: &Settings) -> SchedulerOptions {
         max_instance_types: settings.max_instance_types as usize,
         ignore_preferences: settings.preference_policy == PreferencePolicy::Ignore,
         price_ceiling: None,
+        marginal_cost_packing: settings.marginal_cost_packing,
     }
 }
 

@@ -144,6 +144,13 @@ pub const SETTINGS: &[SettingSpec] = &[
         "A split must save at least this share of the candidate's price.",
     ),
     s(
+        "marginal-cost-packing",
+        "MARGINAL_COST_PACKING",
+        "true",
+        Kind::Bool,
+        "Honour a NodePool's karpenter.sh/nodeclaim-packing-policy: marginal-cost annotation; off packs every pool fit-only.",
+    ),
+    s(
         "od-to-spot-consolidation",
         "OD_TO_SPOT_CONSOLIDATION",
         "true",
@@ -376,6 +383,8 @@ pub struct Settings {
     pub consolidation_split_max_attempts: u32,
     /// The minimum savings of a split, as a fraction.
     pub consolidation_split_min_savings: f64,
+    /// Whether pools may ask for marginal-cost packing (off: every pool packs fit-only).
+    pub marginal_cost_packing: bool,
     /// Whether the on-demand → spot retry is on.
     pub od_to_spot_consolidation: bool,
     /// The spot-to-spot flexibility floor.
@@ -471,17 +480,9 @@ pub fn load(
         SETTINGS.iter().map(|s| (s.key, (s.default.to_owned(), Source::Default))).collect();
 
     if let Some(path) = file {
-        let shown = path.display().to_string();
-        let cfg = Config::builder()
-            .add_source(File::from(path).required(true))
-            .build()
-            .map_err(|e| err(&shown, "file", e.to_string()))?;
-        let table = cfg
-            .try_deserialize::<std::collections::HashMap<String, Value>>()
-            .map_err(|e| err(&shown, "file", e.to_string()))?;
-        for (key, value) in table {
-            let spec = spec_for(&key).ok_or_else(|| err(&key, &shown, "unknown setting"))?;
-            layered.insert(spec.key, (value_text(spec.key, &shown, value)?, Source::File));
+        for (key, value) in file_values(path)? {
+            let spec = spec_for(&key).unwrap_or_else(|| unreachable!("file_values returns known keys"));
+            layered.insert(spec.key, (value, Source::File));
         }
     }
 
@@ -514,6 +515,25 @@ pub fn load(
     let resolved =
         SETTINGS.iter().zip(values).map(|(spec, (_, value, source))| Resolved { spec: *spec, value, source }).collect();
     Ok(Loaded { settings, resolved })
+}
+
+/// The settings a file (YAML, TOML or JSON, by its extension) sets, as `(key, value)` pairs in the
+/// file's spelling, each key known and each value in the text form flags take. Lets a caller layer a
+/// file where it wants it (the simulator puts `--config` over a scenario's own settings).
+pub fn file_values(path: &Path) -> Result<Vec<(String, String)>, SettingsError> {
+    let shown = path.display().to_string();
+    let cfg = Config::builder()
+        .add_source(File::from(path).required(true))
+        .build()
+        .map_err(|e| err(&shown, "file", e.to_string()))?;
+    let table = cfg.try_deserialize::<BTreeMap<String, Value>>().map_err(|e| err(&shown, "file", e.to_string()))?;
+    table
+        .into_iter()
+        .map(|(key, value)| {
+            let spec = spec_for(&key).ok_or_else(|| err(&key, &shown, "unknown setting"))?;
+            Ok((key, value_text(spec.key, &shown, value)?))
+        })
+        .collect()
 }
 
 /// Reads the settings from the defaults, an optional file, the process environment and flag overrides.
@@ -575,6 +595,7 @@ impl Settings {
             max_consolidation_replacements: count("max-consolidation-replacements")?,
             consolidation_split_max_attempts: count("consolidation-split-max-attempts")?,
             consolidation_split_min_savings: percent("consolidation-split-min-savings")?,
+            marginal_cost_packing: boolean("marginal-cost-packing")?,
             od_to_spot_consolidation: boolean("od-to-spot-consolidation")?,
             spot_to_spot_min_instance_types: count("spot-to-spot-min-instance-types")?,
             consolidation_replace_min_savings: percent("consolidation-replace-min-savings")?,

@@ -517,6 +517,12 @@ impl<'a> Simulator<'a> {
         if let Some(u) = r.unschedulable.first() {
             return Err(format!("no split under ${price:.2}/h: pod {} {}", u.pod, u.reason));
         }
+        // One claim is not a split but a replace under a ceiling, which the replace checks (worst-case
+        // pricing, the spot-to-spot floor) have just turned down: letting it through would bypass the
+        // guards that stop a node from being replaced over and over.
+        if r.claims.len() < 2 {
+            return Ok(None);
+        }
         if r.claims.len() > max {
             return Err(format!(
                 "a split needs {} nodes, more than max-consolidation-replacements {max}",

@@ -229,7 +229,7 @@ impl Lifecycle {
 
         // Deleting a node deletes its claim (and the claim's termination drains and releases the node).
         if let Some(pid) = claim.provider_id()
-            && cluster.nodes_with_provider_id(pid).iter().any(|n| n.metadata.deletion_timestamp.is_some())
+            && cluster.node_deleting(pid)
         {
             return Ok(self.delete(cluster, claim, now, "node_deleted"));
         }

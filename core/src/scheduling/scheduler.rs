@@ -77,11 +77,13 @@ pub struct SchedulerOptions {
     pub ignore_preferences: bool,
     /// New claims may only use offerings priced strictly below this (the split fallback's ceiling).
     pub price_ceiling: Option<f64>,
+    /// Whether a pool's packing-policy annotation is honoured (off: every pool packs fit-only).
+    pub marginal_cost_packing: bool,
 }
 
 impl Default for SchedulerOptions {
     fn default() -> Self {
-        Self { max_instance_types: 600, ignore_preferences: false, price_ceiling: None }
+        Self { max_instance_types: 600, ignore_preferences: false, price_ceiling: None, marginal_cost_packing: true }
     }
 }
 
@@ -385,7 +387,10 @@ impl Scheduler {
         let mut ordered = pools;
         ordered.sort_by(|a, b| b.pool.weight().cmp(&a.pool.weight()).then_with(|| a.pool.name().cmp(b.pool.name())));
         for input in ordered {
-            let pool = build_pool(input, daemons);
+            let mut pool = build_pool(input, daemons);
+            if !options.marginal_cost_packing {
+                pool.packing = Packing::Binpack;
+            }
             for t in pool.base.iter() {
                 let te = &pool.types[*t as usize];
                 for o in te.it.offerings.iter().filter(|o| offering_ok(o, &pool.reqs)) {
@@ -403,8 +408,9 @@ impl Scheduler {
         let nodes: Vec<Node> = nodes
             .into_iter()
             .map(|mut n| {
-                let hostname = n.labels.get(labels::HOSTNAME).cloned().unwrap_or_else(|| n.name.clone());
-                n.labels.entry(labels::HOSTNAME.to_owned()).or_insert(hostname);
+                if !n.labels.contains_key(labels::HOSTNAME) {
+                    n.labels.insert(labels::HOSTNAME.to_owned(), n.name.clone());
+                }
                 for (k, v) in &n.labels {
                     if k != labels::HOSTNAME {
                         note_domain(&mut universe, k, v);
