@@ -14,7 +14,7 @@ use crate::api::{NodeClaim, NodeClaimResources, NodeClaimSpec, NodePool, labels}
 use crate::clock;
 use crate::cloud::InstanceType;
 use crate::resources::Resources;
-use crate::scheduling::{ClaimPlan, PodInfo, PoolInput, Results, Scheduler, SchedulerOptions};
+use crate::scheduling::{ClaimPlan, PoolInput, Results, Scheduler, SchedulerOptions};
 use crate::settings::{PreferencePolicy, Settings};
 use crate::state::ClusterState;
 
@@ -141,7 +141,7 @@ pub fn schedule(
     let pods = state
         .pods_to_place()
         .filter(|p| nominations.target(&p.info.key, now).is_none())
-        .map(|p| PodInfo::clone(&p.info))
+        .map(|p| std::sync::Arc::clone(&p.info))
         .collect();
     let nodes = state.nodes.iter().map(|n| n.as_existing()).collect();
     Scheduler::new(
@@ -151,7 +151,7 @@ pub fn schedule(
         &state.daemons,
         scheduler_options(settings),
     )
-    .solve(pods)
+    .solve_shared(pods)
 }
 
 /// What one provisioning pass decided: the NodeClaims to create, and the scheduling results behind them.

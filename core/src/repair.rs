@@ -12,7 +12,6 @@ use crate::api::{ConditionStatus, DisruptionReason, labels};
 use crate::clock;
 use crate::cloud::{RepairAction, RepairPolicy};
 use crate::disruption::{CandidateRef, Command, Decision, Inputs, reschedulable};
-use crate::scheduling::PodInfo;
 use crate::state::{ClusterState, StateNode};
 
 /// More than this share of a pool reporting a monitored condition stops repair in that pool.
@@ -225,7 +224,7 @@ fn replacement(inputs: &Inputs<'_>, node: &StateNode) -> Result<Command, String>
         .iter()
         .map(|i| &state.pods[*i])
         .filter(|p| reschedulable(p))
-        .map(|p| PodInfo::clone(&p.info))
+        .map(|p| std::sync::Arc::clone(&p.info))
         .collect();
     let nodes = state.nodes.iter().map(|n| n.as_existing()).collect();
     let sim = crate::scheduling::Scheduler::new(
@@ -236,7 +235,7 @@ fn replacement(inputs: &Inputs<'_>, node: &StateNode) -> Result<Command, String>
         crate::provisioning::scheduler_options(inputs.settings),
     )
     .without_nodes(&[node.name.as_str()]);
-    let r = sim.solve(pods);
+    let r = sim.solve_shared(pods);
     if let Some(u) = r.unschedulable.first() {
         return Err(format!("pod {} cannot be rescheduled: {}", u.pod, u.reason));
     }

@@ -57,12 +57,12 @@ impl<'a> Simulator<'a> {
         let options = provisioning::scheduler_options(inputs.settings);
         // Pending pods and the pods of nodes already being deleted land first: the room they will take
         // (often on capacity booting for them) is not room for the candidates' pods.
-        let first: Vec<PodInfo> = state.pods_to_place().map(|p| PodInfo::clone(&p.info)).collect();
+        let first: Vec<Arc<PodInfo>> = state.pods_to_place().map(|p| Arc::clone(&p.info)).collect();
         if !first.is_empty() {
             let requests: HashMap<String, Resources> = first.iter().map(|p| (p.key.clone(), p.requests)).collect();
             let by_name: HashMap<String, usize> = nodes.iter().enumerate().map(|(i, n)| (n.name.clone(), i)).collect();
             let placed = Scheduler::new(pools.clone(), nodes.clone(), bound.clone(), &state.daemons, options.clone())
-                .solve(first);
+                .solve_shared(first);
             for p in placed.existing {
                 let Some(&i) = by_name.get(&p.node) else { continue };
                 for r in p.pods.iter().filter_map(|k| requests.get(k)) {
@@ -72,9 +72,7 @@ impl<'a> Simulator<'a> {
         }
         let mut base = Scheduler::new(pools, nodes, bound, &state.daemons, options);
         let pods: Vec<Arc<PodInfo>> = state.pods.iter().map(|p| Arc::clone(&p.info)).collect();
-        let moving: Vec<PodInfo> =
-            cands.iter().flat_map(|c| c.pods.iter().map(|i| PodInfo::clone(&pods[*i]))).collect();
-        base.register(&moving);
+        base.register(cands.iter().flat_map(|c| c.pods.iter().map(|i| &*pods[*i])));
         let mut settled = base.clone();
         let unsettled: Vec<&str> = cands.iter().filter(|c| !c.consolidatable).map(|c| c.node.as_str()).collect();
         settled.block_nodes(&unsettled);
@@ -115,9 +113,9 @@ impl<'a> Simulator<'a> {
             options.price_ceiling = ceiling;
             sim = sim.with_options(options);
         }
-        let pods: Vec<PodInfo> =
-            cands.iter().flat_map(|c| c.pods.iter().map(|i| PodInfo::clone(&self.pods[*i]))).collect();
-        let mut results = sim.solve(pods);
+        let pods: Vec<Arc<PodInfo>> =
+            cands.iter().flat_map(|c| c.pods.iter().map(|i| Arc::clone(&self.pods[*i]))).collect();
+        let mut results = sim.solve_shared(pods);
         // A candidate's pods may not count on a node that is not initialized and Ready: deleting a node on
         // the promise of capacity still booting moves its pods onto room that other pods are waiting for.
         let (settled, booting): (Vec<_>, Vec<_>) =

@@ -460,7 +460,7 @@ impl Scheduler {
 
     /// Registers the topology constraints of `pods` now, so that clones of this scheduler share their
     /// counts instead of each recounting every bound pod.
-    pub fn register(&mut self, pods: &[PodInfo]) {
+    pub fn register<'p>(&mut self, pods: impl IntoIterator<Item = &'p PodInfo>) {
         for p in pods {
             for t in p.all_terms() {
                 self.topology.group(t);
@@ -518,7 +518,7 @@ impl Scheduler {
     /// Schedules `pods` in the given order (no largest-first sorting), as if they arrived one by one.
     pub fn place_in_order(&mut self, pods: Vec<PodInfo>) -> Results {
         let this = std::mem::replace(self, Self::empty());
-        this.solve_ordered(pods, false)
+        this.solve_ordered(pods.into_iter().map(Arc::new).collect(), false)
     }
 
     fn empty() -> Self {
@@ -537,13 +537,19 @@ impl Scheduler {
 
     /// Schedules `pods`, largest first, returning where each lands and what must be bought.
     pub fn solve(self, pods: Vec<PodInfo>) -> Results {
+        self.solve_ordered(pods.into_iter().map(Arc::new).collect(), true)
+    }
+
+    /// As [`Scheduler::solve`], for pods whose views are shared (a cluster state's), without copying them.
+    pub fn solve_shared(self, pods: Vec<Arc<PodInfo>>) -> Results {
         self.solve_ordered(pods, true)
     }
 
-    fn solve_ordered(mut self, pods: Vec<PodInfo>, largest_first: bool) -> Results {
+    fn solve_ordered(mut self, pods: Vec<Arc<PodInfo>>, largest_first: bool) -> Results {
         let mut pods = pods;
         if self.options.ignore_preferences {
             for p in &mut pods {
+                let p = Arc::make_mut(p);
                 p.preferred_terms.clear();
                 p.preferred_affinity.clear();
                 p.preferred_anti_affinity.clear();
@@ -551,7 +557,7 @@ impl Scheduler {
             }
         }
         // Register every constraint up front so every pod is counted by every group that selects it.
-        self.register(&pods);
+        self.register(pods.iter().map(|p| &**p));
         for g in 0..self.topology.len() {
             if self.topology.is_hostname(g) {
                 if self.topology.kind(g) != TopologyKind::Affinity {
@@ -599,7 +605,7 @@ impl Scheduler {
         self.finish(&pods, pending, errors)
     }
 
-    fn place(&mut self, pods: &[PodInfo], i: usize, selecting: &[usize], relax: &mut Relaxation) -> Result<(), String> {
+    fn place(&mut self, pods: &[Arc<PodInfo>], i: usize, selecting: &[usize], relax: &mut Relaxation) -> Result<(), String> {
         let pod = &pods[i];
         loop {
             let cons = relax.constraints(pod);
@@ -616,7 +622,7 @@ impl Scheduler {
 
     fn place_with(
         &mut self,
-        pods: &[PodInfo],
+        pods: &[Arc<PodInfo>],
         i: usize,
         selecting: &[usize],
         cons: &Constraints,
@@ -984,7 +990,7 @@ impl Scheduler {
         Ok((claim, fit))
     }
 
-    fn commit(&mut self, c: usize, pods: &[PodInfo], i: usize, selecting: &[usize], groups: &[usize], fit: Fit) {
+    fn commit(&mut self, c: usize, pods: &[Arc<PodInfo>], i: usize, selecting: &[usize], groups: &[usize], fit: Fit) {
         let pod = &pods[i];
         let load = self.claims[c].pods.len();
         self.by_load.remove(&(load, c));
@@ -1059,7 +1065,7 @@ impl Scheduler {
         }
     }
 
-    fn finish(self, pods: &[PodInfo], failed: Vec<usize>, errors: HashMap<usize, String>) -> Results {
+    fn finish(self, pods: &[Arc<PodInfo>], failed: Vec<usize>, errors: HashMap<usize, String>) -> Results {
         let mut reserved: HashMap<String, u32> = HashMap::new();
         for pool in &self.pools {
             for te in pool.types.iter() {

@@ -2,6 +2,8 @@
 //! the same constraint.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use rustc_hash::FxHashMap;
 use std::sync::Arc;
 
 use super::pod::{PodInfo, TopologyKind, TopologyTerm};
@@ -16,10 +18,10 @@ use crate::api::labels;
 pub(crate) struct Group {
     pub(crate) term: TopologyTerm,
     /// Pods the selector matches, per domain.
-    counts: HashMap<String, i32>,
+    counts: FxHashMap<String, i32>,
     /// Anti-affinity: domains where a pod carrying the constraint runs (other pods matching the selector
     /// must stay out of them).
-    owners: HashMap<String, i32>,
+    owners: FxHashMap<String, i32>,
     /// Hostname counts of the claims opened in this pass, indexed by claim.
     claim_counts: Vec<i32>,
     /// Hostname owners of the claims opened in this pass, indexed by claim.
@@ -112,12 +114,14 @@ pub(crate) enum Domain<'a> {
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Topology {
     groups: Vec<Group>,
-    index: HashMap<TopologyTerm, usize>,
+    index: FxHashMap<TopologyTerm, usize>,
     /// Known domains per key (zones, custom keys), for spread minimums.
     universe: HashMap<String, BTreeSet<String>>,
     /// Bound pods with their node's labels and taints, counted into groups created later (shared by
     /// clones).
     bound: Arc<Vec<Bound>>,
+    /// Indexes into `bound` by node name (shared by clones).
+    bound_by_node: Arc<FxHashMap<String, Vec<usize>>>,
     /// Nodes removed from this simulation: their pods no longer count.
     removed: std::collections::HashSet<String>,
 }
@@ -145,6 +149,7 @@ impl Topology {
                 *self.groups[gid].owners.entry(d.clone()).or_default() += 1;
             }
         }
+        Arc::make_mut(&mut self.bound_by_node).entry(node.name.clone()).or_default().push(self.bound.len());
         Arc::make_mut(&mut self.bound).push(Bound { pod, node });
     }
 
@@ -154,7 +159,8 @@ impl Topology {
             return;
         }
         let bound = Arc::clone(&self.bound);
-        for b in bound.iter().filter(|b| b.node.name == node) {
+        let index = Arc::clone(&self.bound_by_node);
+        for b in index.get(node).into_iter().flatten().map(|i| &bound[*i]) {
             for g in &mut self.groups {
                 if let Some(d) = b.node.labels.get(&g.term.key) {
                     if g.selects(&b.pod) && g.counts_node(&b.node.taints) {
@@ -180,8 +186,8 @@ impl Topology {
         }
         let mut g = Group {
             term: term.clone(),
-            counts: HashMap::new(),
-            owners: HashMap::new(),
+            counts: FxHashMap::default(),
+            owners: FxHashMap::default(),
             claim_counts: Vec::new(),
             claim_owners: Vec::new(),
             total: 0,

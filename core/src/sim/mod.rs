@@ -21,7 +21,7 @@ use crate::cluster::{InMemoryCluster, pod_key};
 use crate::disruption::queue::{Controller, Event};
 use crate::lifecycle::{Lifecycle, Next};
 use crate::provisioning::{self, Batcher, Nominations};
-use crate::scheduling::{DaemonPod, PodInfo, Scheduler, SchedulerOptions};
+use crate::scheduling::{DaemonPod, Scheduler, SchedulerOptions};
 use crate::settings::Settings;
 use crate::state::{ClusterState, PodInfoCache, daemon_pod};
 
@@ -478,13 +478,13 @@ impl Sim {
             self.unschedulable_digest = Some(digest);
             return;
         }
-        let pending: Vec<_> = state.pending_pods().map(|p| PodInfo::clone(&p.info)).collect();
+        let pending: Vec<_> = state.pending_pods().map(|p| Arc::clone(&p.info)).collect();
         if pending.is_empty() {
             self.unschedulable_digest = Some(digest);
             return;
         }
         let results =
-            Scheduler::new(Vec::new(), nodes, state.bound_pods(), &[], SchedulerOptions::default()).solve(pending);
+            Scheduler::new(Vec::new(), nodes, state.bound_pods(), &[], SchedulerOptions::default()).solve_shared(pending);
         let bound_any = results.existing.iter().any(|p| !p.pods.is_empty());
         self.unschedulable_digest = (!bound_any).then_some(digest);
         for placed in results.existing {
