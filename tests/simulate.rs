@@ -222,6 +222,7 @@ fn every_example_scenario_loads() {
     assert_eq!(
         names,
         [
+            "aks-batch",
             "diurnal-web",
             "gke-inference",
             "gpu-fleet-large",
@@ -231,6 +232,20 @@ fn every_example_scenario_loads() {
             "self-managed-burst"
         ]
     );
+}
+
+#[test]
+fn the_azure_like_scenario_runs_on_its_catalog() {
+    // The bundled eastus catalog: pools select on its `karpenter.azure.com/sku-*` labels, every pod runs,
+    // and the marginal-cost A100 pool buys the 1-GPU size for 1-GPU jobs rather than a 4-GPU machine.
+    let r = report("examples/scenarios/aks-batch.yaml");
+    assert_eq!(r.pending_at_end, 0);
+    let seen: std::collections::BTreeSet<&str> =
+        r.timeline.iter().flat_map(|s| s.nodes_by_instance_type.keys().map(String::as_str)).collect();
+    assert!(seen.contains("Standard_NC24ads_A100_v4"), "{seen:?}");
+    assert!(!seen.contains("Standard_NC96ads_A100_v4"), "{seen:?}");
+    assert!(seen.iter().any(|t| t.contains("_T4_")), "{seen:?}");
+    assert!(r.cost_per_hour_by_capacity_type.get("spot").is_some_and(|c| *c > 0.0));
 }
 
 #[test]

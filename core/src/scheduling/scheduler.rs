@@ -605,7 +605,13 @@ impl Scheduler {
         self.finish(&pods, pending, errors)
     }
 
-    fn place(&mut self, pods: &[Arc<PodInfo>], i: usize, selecting: &[usize], relax: &mut Relaxation) -> Result<(), String> {
+    fn place(
+        &mut self,
+        pods: &[Arc<PodInfo>],
+        i: usize,
+        selecting: &[usize],
+        relax: &mut Relaxation,
+    ) -> Result<(), String> {
         let pod = &pods[i];
         loop {
             let cons = relax.constraints(pod);
