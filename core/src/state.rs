@@ -514,3 +514,52 @@ impl ClusterState {
 pub fn node_requirements(node: &StateNode) -> Requirements {
     node.labels.iter().map(|(k, v)| Requirement::is_in(k, [v.clone()])).collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(name: &str, cpu: &str) -> Arc<Pod> {
+        Arc::new(
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": name, "namespace": "default"},
+                "spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": cpu}}}]}
+            }))
+            .unwrap(),
+        )
+    }
+
+    fn build(pods: &[Arc<Pod>], cache: &mut PodInfoCache) -> ClusterState {
+        let now = Timestamp::UNIX_EPOCH;
+        ClusterState::from_shared(pods, &[], &[], &[], &[], &[], now, cache).unwrap()
+    }
+
+    #[test]
+    fn shared_pods_keep_their_view_until_they_change() {
+        let mut cache = PodInfoCache::default();
+        let mut pods = vec![pod("a", "1"), pod("b", "2")];
+        let first = build(&pods, &mut cache);
+        let again = build(&pods, &mut cache);
+        for (x, y) in first.pods.iter().zip(&again.pods) {
+            assert!(Arc::ptr_eq(&x.info, &y.info), "an unchanged pod is not read again");
+        }
+        // A write copies the pod (another owner holds it): its view is read afresh, the other's is kept.
+        let spec = Arc::make_mut(&mut pods[1]).spec.as_mut().unwrap();
+        spec.containers[0]
+            .resources
+            .as_mut()
+            .unwrap()
+            .requests
+            .as_mut()
+            .unwrap()
+            .insert("cpu".into(), k8s_openapi::apimachinery::pkg::api::resource::Quantity("3".into()));
+        let changed = build(&pods, &mut cache);
+        assert!(Arc::ptr_eq(&first.pods[0].info, &changed.pods[0].info));
+        assert!(!Arc::ptr_eq(&first.pods[1].info, &changed.pods[1].info));
+        assert_eq!(changed.pods[1].info.requests.get(crate::resources::ResourceName::CPU), 3000);
+        // A pod no longer listed leaves the cache.
+        pods.truncate(1);
+        build(&pods, &mut cache);
+        assert_eq!(cache.entries.len(), 1);
+    }
+}
