@@ -203,6 +203,35 @@ fn worked_example_split_one_node_into_two() {
     assert!(fleet.pass_with(&capped).commands.is_empty());
 }
 
+/// A split that needs a single node is a replace, and the replace checks that turned it down stand: a spot
+/// node is not swapped for cheaper spot while spot-to-spot consolidation is off, split fallback or not.
+#[test]
+fn a_one_node_split_does_not_bypass_the_replace_checks() {
+    use CapacityType::*;
+    let types = vec![itype("gpu.8x", 64, 8, &[("a", Spot, 6.84)]), itype("gpu.4x", 32, 4, &[("a", Spot, 2.38)])];
+    let fleet = Fleet { types, ..Default::default() }
+        .pool("gpu", json!({}))
+        .node("big", "gpu", "gpu.8x", "a", Spot)
+        .pod("x", "big", "8", 2, json!({}))
+        .pod("y", "big", "8", 2, json!({}));
+    let split = [("CONSOLIDATION_SPLIT_FALLBACK", "true"), ("max-consolidation-replacements", "4")];
+    let pass = fleet.pass_with(&settings_with(&split));
+    assert!(pass.commands.is_empty(), "{:?}", pass.commands);
+    let reason = &pass.unconsolidatable.iter().find(|b| b.node == "big").unwrap().reason;
+    assert!(reason.contains("spot-to-spot consolidation is disabled"), "{reason}");
+    // With the gate on and a floor one type meets, the same move is a plain 1:1 replace.
+    let gated = [
+        split[0],
+        split[1],
+        ("feature-gates", "SpotToSpotConsolidation=true"),
+        ("spot-to-spot-min-instance-types", "1"),
+    ];
+    let pass = fleet.pass_with(&settings_with(&gated));
+    let c = &pass.commands[0];
+    assert_eq!((c.decision, c.replacements.len()), (Decision::Replace, 1), "{:?}", pass.unconsolidatable);
+    assert_eq!(c.replacements[0].worst_case_price, 2.38);
+}
+
 /// The on-demand → spot retry: one spiked zone (f, $1.40) vetoes the worst-case price; the retry pins spot
 /// to zones a..e, whose worst case is $0.62.
 #[test]
