@@ -383,13 +383,13 @@ fn marginal_cost_packing_opens_a_cheaper_claim() {
         json!({}),
     );
     let cpu_pod = pod("batch", "8");
-    let run = |policy: &str| {
+    let run_with = |policy: &str, options: SchedulerOptions| {
         let pool = pool_from(json!({"metadata": {"annotations": {"karpenter.sh/nodeclaim-packing-policy": policy}}}));
         // The GPU pod is placed first (it is a pass of its own), then the 8-CPU pod arrives.
-        let mut s =
-            Scheduler::new(vec![input(pool, catalog.clone())], vec![], vec![], &[], SchedulerOptions::default());
+        let mut s = Scheduler::new(vec![input(pool, catalog.clone())], vec![], vec![], &[], options);
         s.place_in_order(vec![gpu_pod.clone(), cpu_pod.clone()])
     };
+    let run = |policy: &str| run_with(policy, SchedulerOptions::default());
     let binpack = run("binpack");
     assert_eq!(binpack.claims.len(), 1, "binpack grows the g5 claim");
     assert_eq!(binpack.claims[0].launch.as_ref().unwrap().instance_type, "g5.4xlarge");
@@ -402,6 +402,11 @@ fn marginal_cost_packing_opens_a_cheaper_claim() {
         ("m5.2xlarge", CapacityType::Spot, 0.17)
     );
     assert!(marginal.launch_price() < binpack.launch_price());
+    // With marginal-cost packing turned off (`marginal-cost-packing: false`), the annotation is ignored.
+    let off =
+        run_with("marginal-cost", SchedulerOptions { marginal_cost_packing: false, ..SchedulerOptions::default() });
+    assert_eq!(off.claims.len(), 1);
+    assert_eq!(off.claims[0].launch.as_ref().unwrap().instance_type, "g5.4xlarge");
 }
 
 #[test]
