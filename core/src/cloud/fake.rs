@@ -374,7 +374,8 @@ impl FakeCloud {
     }
 
     /// Visits this cluster's live instances as stored (their `state` not brought up to date), without
-    /// copying them: for bookkeeping that reads types, zones and capacity types every step.
+    /// copying them: for bookkeeping that reads types, zones and capacity types every step. `f` runs under
+    /// the provider's lock, so it must not call back into this provider.
     pub fn for_each_instance(&self, mut f: impl FnMut(&Instance)) {
         let now = self.now();
         let mut st = self.state();
