@@ -100,6 +100,11 @@ fn load_settings(cli: &Cli) -> Result<Loaded> {
     Ok(settings::load_from_process(cli.config.as_deref(), &cli.set)?)
 }
 
+/// The `--config` file's settings as flags, for the simulator to layer over a scenario's own settings.
+fn config_flags(cli: &Cli) -> Result<Vec<(String, String)>> {
+    cli.config.as_deref().map_or_else(|| Ok(Vec::new()), crate::simulate::settings_file)
+}
+
 /// The NodeClass CRDs of the providers built into the binary.
 fn node_class_crds() -> Vec<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>
 {
@@ -153,10 +158,7 @@ fn execute(operator: Operator, cli: Cli) -> Result<ExitCode> {
         }
         Command::Simulate { scenario, output, compare: Some(files), .. } => {
             // Each run: `--config`, then its own file, then `--set`, later layers winning.
-            let base = match cli.config.as_deref() {
-                Some(path) => crate::simulate::settings_file(path)?,
-                None => Vec::new(),
-            };
+            let base = config_flags(&cli)?;
             let runs = files
                 .iter()
                 .map(|f| {
@@ -180,10 +182,7 @@ fn execute(operator: Operator, cli: Cli) -> Result<ExitCode> {
         }
         Command::Simulate { scenario, output, report: html, compare: None } => {
             // `--config`, then `--set`, over the scenario's own settings.
-            let mut flags = match cli.config.as_deref() {
-                Some(path) => crate::simulate::settings_file(path)?,
-                None => Vec::new(),
-            };
+            let mut flags = config_flags(&cli)?;
             flags.extend(cli.set.iter().cloned());
             let report = crate::simulate::run(scenario, &flags)?;
             if let Some(path) = html {
