@@ -140,8 +140,8 @@ fn the_html_report_is_self_contained_and_charts_the_run() {
     assert!(html.matches("<tr><td>").count() >= r.decisions.len());
 }
 
-#[test]
-fn fleet_pricing_consolidation_costs_less_than_upstream_defaults() {
+/// The GPU scenario under upstream.yaml and fleet-pricing.yaml, with `extra` arguments for both runs.
+fn compare_gpu_training(extra: &[&str]) -> serde_json::Value {
     let out = Command::new(env!("CARGO_BIN_EXE_tenon"))
         .args([
             "simulate",
@@ -152,10 +152,33 @@ fn fleet_pricing_consolidation_costs_less_than_upstream_defaults() {
             "examples/settings/upstream.yaml",
             "examples/settings/fleet-pricing.yaml",
         ])
+        .args(extra)
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let runs: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+fn nodes_disrupted(run: &serde_json::Value) -> u64 {
+    run["report"]["disruptions"].as_object().unwrap().values().map(|v| v.as_u64().unwrap()).sum()
+}
+
+#[test]
+fn with_the_same_packing_fleet_pricing_disrupts_fewer_nodes() {
+    // Packing held equal (the pool's marginal-cost annotation honoured in both runs), the fleet-pricing
+    // consolidation costs less, disrupts no more nodes in all and evicts no more pods.
+    let runs = compare_gpu_training(&["--set", "marginal-cost-packing=true"]);
+    let cost = |i: usize| runs[i]["report"]["totalCost"].as_f64().unwrap();
+    assert!(cost(1) < cost(0), "fleet pricing ${:.2} vs upstream consolidation ${:.2}", cost(1), cost(0));
+    let (upstream, fleet) = (nodes_disrupted(&runs[0]), nodes_disrupted(&runs[1]));
+    assert!(fleet <= upstream, "fleet pricing disrupted {fleet} nodes, upstream consolidation {upstream}");
+    let evicted = |i: usize| runs[i]["report"]["podsEvicted"].as_u64().unwrap();
+    assert!(evicted(1) <= evicted(0), "fleet pricing evicted {} pods, upstream {}", evicted(1), evicted(0));
+}
+
+#[test]
+fn fleet_pricing_consolidation_costs_less_than_upstream_defaults() {
+    let runs = compare_gpu_training(&[]);
     let cost = |i: usize| runs[i]["report"]["totalCost"].as_f64().unwrap();
     let (upstream, fleet) = (cost(0), cost(1));
     assert!(fleet < upstream * 0.98, "fleet pricing ${fleet:.2} vs upstream ${upstream:.2}");
@@ -181,7 +204,7 @@ fn fleet_pricing_consolidation_costs_less_than_upstream_defaults() {
     // proposals rejected on validation or commands rolled back.
     for i in 0..2 {
         let report = &runs[i]["report"];
-        let counted: u64 = report["disruptions"].as_object().unwrap().values().map(|v| v.as_u64().unwrap()).sum();
+        let counted = nodes_disrupted(&runs[i]);
         let done: usize = report["decisions"]
             .as_array()
             .unwrap()
