@@ -155,9 +155,13 @@ impl Harness for EmulatorHarness {
     fn node_class_ref(&self) -> Option<NodeClassRef> {
         Some(NodeClassRef { group: "tenon.dev".into(), kind: "SelfManagedNodeClass".into(), name: self.class.clone() })
     }
-    /// The conformance suite's polls are bounded by `max_polls`; between them, the emulator needs real time.
+    /// The emulator applies power changes in real time: between the suite's polls, one poll interval.
     async fn settle(&self) {
         tokio::time::sleep(POLL_INTERVAL).await;
+    }
+    /// The suite's polls end at the same deadline as this file's own (`DEADLINE`).
+    fn max_polls(&self) -> usize {
+        (DEADLINE.as_millis() / POLL_INTERVAL.as_millis()) as usize
     }
     /// Takes every machine of the offering out of the pool (maintenance quarantine).
     async fn make_insufficient(&self, offering: &OfferingKey) -> bool {

@@ -272,9 +272,6 @@ impl Harness for MotoHarness {
     fn node_class_ref(&self) -> Option<NodeClassRef> {
         Some(self.env.class_ref())
     }
-    async fn settle(&self) {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
     fn max_polls(&self) -> usize {
         40
     }
