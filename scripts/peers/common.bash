@@ -15,3 +15,13 @@ stop_pid() {
   fi
   rm -f "$file"
 }
+
+# peer_args "$@": reads a peer script's `start|stop DIR` into $cmd and $dir, or prints its usage and exits 2.
+peer_args() {
+  cmd="${1:-}"
+  dir="${2:-}"
+  if [ -z "$cmd" ] || [ -z "$dir" ]; then
+    echo "usage: $0 start|stop DIR" >&2
+    exit 2
+  fi
+}

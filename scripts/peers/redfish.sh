@@ -12,12 +12,7 @@ cd "$(dirname "$0")/../.."
 # shellcheck source=scripts/peers/common.bash
 . scripts/peers/common.bash
 
-cmd="${1:-}"
-dir="${2:-}"
-if [ -z "$cmd" ] || [ -z "$dir" ]; then
-  echo "usage: $0 start|stop DIR" >&2
-  exit 2
-fi
+peer_args "$@"
 
 SYSTEMS=12
 USERNAME=tenon

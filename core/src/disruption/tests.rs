@@ -404,14 +404,8 @@ fn balanced_weighs_savings_against_disruption() {
     );
 }
 
-#[test]
-fn drifted_nodes_are_replaced_and_expired_leases_go_to_spot_first() {
-    use CapacityType::*;
-    let fleet = Fleet { types: gpu_catalog(), ..Default::default() }
-        .pool("gpu", json!({"spec": {"template": {"spec": {"requirements": [{"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["spot", "on-demand"]}]}}}}))
-        .node("leased", "gpu", "g5.2xlarge", "us-east-1a", OnDemand)
-        .pod("p", "leased", "4", 1, json!({"annotations": {TRAINING: "true"}}));
-    let mut state = fleet.state();
+/// Marks the first node's claim drifted because its on-demand lease ran out, and hands the claim back.
+fn expire_lease(state: &mut ClusterState) -> &mut crate::api::NodeClaim {
     let claim = Arc::make_mut(state.nodes[0].claim.as_mut().unwrap());
     claim.set_condition(
         crate::api::condition_types::DRIFTED,
@@ -420,6 +414,18 @@ fn drifted_nodes_are_replaced_and_expired_leases_go_to_spot_first() {
         "",
         now(),
     );
+    claim
+}
+
+#[test]
+fn drifted_nodes_are_replaced_and_expired_leases_go_to_spot_first() {
+    use CapacityType::*;
+    let fleet = Fleet { types: gpu_catalog(), ..Default::default() }
+        .pool("gpu", json!({"spec": {"template": {"spec": {"requirements": [{"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["spot", "on-demand"]}]}}}}))
+        .node("leased", "gpu", "g5.2xlarge", "us-east-1a", OnDemand)
+        .pod("p", "leased", "4", 1, json!({"annotations": {TRAINING: "true"}}));
+    let mut state = fleet.state();
+    let claim = expire_lease(&mut state);
     claim.spec.termination_grace_period = Some(crate::api::KubeDuration::from_secs(3600));
     let types = fleet.types.clone();
     let types_for = move |_: &NodePool| types.clone();
@@ -471,14 +477,7 @@ fn an_expired_lease_is_reclaimed_onto_owned_reserved_capacity() {
         .node("leased", "gpu", "g5.2xlarge", "us-east-1a", OnDemand)
         .pod("p", "leased", "4", 1, json!({}));
     let mut state = fleet.state();
-    let claim = Arc::make_mut(state.nodes[0].claim.as_mut().unwrap());
-    claim.set_condition(
-        crate::api::condition_types::DRIFTED,
-        crate::api::ConditionStatus::True,
-        ON_DEMAND_LEASE_EXPIRED,
-        "",
-        now(),
-    );
+    expire_lease(&mut state);
     let types = fleet.types.clone();
     let types_for = move |_: &NodePool| types.clone();
     let s = Settings::default();

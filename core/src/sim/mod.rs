@@ -348,14 +348,18 @@ impl Sim {
             !daemon || node.is_some_and(|n| nodes.contains_key(n))
         });
         for (name, node) in &self.cluster.nodes {
+            // A node being deleted takes no new daemons.
+            if node.metadata.deletion_timestamp.is_some() {
+                continue;
+            }
             // The claim's labels and taints: the node's own arrive with registration sync.
             let claim = self.cluster.claims.get(name);
             let mut labels = node.metadata.labels.clone().unwrap_or_default();
             if let Some(l) = claim.and_then(|c| c.metadata.labels.as_ref()) {
                 labels.extend(l.iter().map(|(k, v)| (k.clone(), v.clone())));
             }
-            // A node being disrupted or deleted takes no new daemons: its disrupted taint is one no
-            // DaemonSet tolerates by default, and a drain that evicted a daemon must not see it come back.
+            // Nor does a node being disrupted: its disrupted taint is one no DaemonSet tolerates by default,
+            // and a drain that evicted a daemon must not see it come back.
             let mut taints = claim.map(|c| c.spec.taints.clone()).unwrap_or_default();
             taints.extend(
                 node.spec
@@ -364,9 +368,6 @@ impl Sim {
                     .filter(|t| t.key == labels::DISRUPTED_TAINT)
                     .cloned(),
             );
-            if node.metadata.deletion_timestamp.is_some() {
-                continue;
-            }
             for (ds, daemon) in self.daemon_sets.iter().zip(&self.daemon_pods) {
                 let ds_name = ds.metadata.name.as_deref().unwrap_or_default();
                 let namespace = ds.metadata.namespace.as_deref().unwrap_or("default");
