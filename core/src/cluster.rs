@@ -109,7 +109,7 @@ pub trait Objects {
         self.nodes().into_iter().filter(|n| node_provider_id(n) == Some(provider_id)).collect()
     }
     /// Whether a node whose `spec.providerID` is `provider_id` is being deleted.
-    fn node_deleting(&self, provider_id: &str) -> bool {
+    fn node_being_deleted(&self, provider_id: &str) -> bool {
         self.nodes_with_provider_id(provider_id).iter().any(|n| n.metadata.deletion_timestamp.is_some())
     }
     /// Creates or updates a node.
@@ -196,7 +196,7 @@ impl Objects for InMemoryCluster {
     fn nodes_with_provider_id(&self, provider_id: &str) -> Vec<Node> {
         self.nodes.values().filter(|n| node_provider_id(n) == Some(provider_id)).map(|n| Node::clone(n)).collect()
     }
-    fn node_deleting(&self, provider_id: &str) -> bool {
+    fn node_being_deleted(&self, provider_id: &str) -> bool {
         self.nodes.values().any(|n| node_provider_id(n) == Some(provider_id) && n.metadata.deletion_timestamp.is_some())
     }
     fn put_node(&mut self, node: Node) {

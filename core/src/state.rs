@@ -110,7 +110,7 @@ trait ObjectRef<T> {
     /// The object behind an `Arc`, copying it only if it is not shared already.
     fn to_shared(&self) -> Arc<T>;
     /// The shared object, if it is one (its identity keys [`PodInfoCache`]).
-    fn shared(&self) -> Option<&Arc<T>>;
+    fn as_shared(&self) -> Option<&Arc<T>>;
 }
 
 impl<T: Clone> ObjectRef<T> for &T {
@@ -120,7 +120,7 @@ impl<T: Clone> ObjectRef<T> for &T {
     fn to_shared(&self) -> Arc<T> {
         Arc::new((*self).clone())
     }
-    fn shared(&self) -> Option<&Arc<T>> {
+    fn as_shared(&self) -> Option<&Arc<T>> {
         None
     }
 }
@@ -132,7 +132,7 @@ impl<T> ObjectRef<T> for &Arc<T> {
     fn to_shared(&self) -> Arc<T> {
         Arc::clone(self)
     }
-    fn shared(&self) -> Option<&Arc<T>> {
+    fn as_shared(&self) -> Option<&Arc<T>> {
         Some(self)
     }
 }
@@ -431,7 +431,7 @@ impl ClusterState {
         let mut seen = HashMap::new();
         for pod_ref in pods {
             let pod = pod_ref.object();
-            let info = match pod_ref.shared() {
+            let info = match pod_ref.as_shared() {
                 Some(shared) => {
                     let address = PodInfoCache::address(shared);
                     let info = match cache.entries.remove(&address) {

@@ -229,7 +229,7 @@ impl Lifecycle {
 
         // Deleting a node deletes its claim (and the claim's termination drains and releases the node).
         if let Some(pid) = claim.provider_id()
-            && cluster.node_deleting(pid)
+            && cluster.node_being_deleted(pid)
         {
             return Ok(self.delete(cluster, claim, now, "node_deleted"));
         }
