@@ -383,7 +383,7 @@ impl NodePool {
             "expireAfter": t.spec.expire_after,
             "terminationGracePeriod": t.spec.termination_grace_period,
         });
-        format!("{:016x}", fnv1a(canonical.to_string().as_bytes()))
+        stable_hash(&canonical)
     }
 
     /// A status condition of the pool.
@@ -399,8 +399,14 @@ impl NodePool {
 }
 
 /// 64-bit FNV-1a: a stable, dependency-free hash for values stored in annotations.
-pub(crate) fn fnv1a(bytes: &[u8]) -> u64 {
+fn fnv1a(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| (h ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01b3))
+}
+
+/// A hash of `value`'s JSON text as 16 hex digits (64-bit FNV-1a): the same across builds, platforms and
+/// restarts, for values written into annotations, tags and resource names and compared later.
+pub fn stable_hash(value: &serde_json::Value) -> String {
+    format!("{:016x}", fnv1a(value.to_string().as_bytes()))
 }
 
 /// What tenon last observed about a pool.

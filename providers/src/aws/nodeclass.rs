@@ -263,7 +263,7 @@ impl EC2NodeClass {
             "tags": s.tags,
             "metadataOptions": s.metadata_options,
         });
-        format!("{:016x}", fnv1a(fields.to_string().as_bytes()))
+        tenon_core::api::stable_hash(&fields)
     }
 
     /// Checks what the API server's schema cannot: one kind of field per term, role or instance profile.
@@ -337,16 +337,6 @@ pub fn parse_alias(alias: &str) -> Result<Alias, String> {
         return Err(format!("alias {alias:?}: empty version"));
     }
     Ok(Alias { family, version: version.to_owned() })
-}
-
-/// FNV-1a, 64 bits: a stable hash across builds and platforms.
-fn fnv1a(bytes: &[u8]) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in bytes {
-        h ^= u64::from(*b);
-        h = h.wrapping_mul(0x0100_0000_01b3);
-    }
-    h
 }
 
 #[cfg(test)]

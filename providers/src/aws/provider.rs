@@ -668,13 +668,12 @@ impl AwsProvider {
         Ok(value)
     }
 
-    /// Marks quota failures and reads which (capacity type, bucket) scopes are blocked now.
-    fn quota_blocked(&self, capacity_type: CapacityType, instance_type: &str) -> bool {
+    /// Drops expired quota blocks and returns the (capacity type, bucket) scopes blocked now.
+    fn live_quota_blocks(&self) -> HashMap<QuotaKey, Timestamp> {
         let now = self.now();
         let mut st = self.state();
         st.quota.retain(|_, until| *until > now);
-        st.quota.contains_key(&(capacity_type, "*".to_owned()))
-            || st.quota.contains_key(&(capacity_type, catalog::quota_bucket(instance_type).to_owned()))
+        st.quota.clone()
     }
 
     fn root_volume_gib(&self, class: Option<&EC2NodeClass>) -> i64 {
@@ -705,22 +704,29 @@ impl AwsProvider {
         let root = self.root_volume_gib(Some(class));
         let mut names: Vec<&String> = shapes.keys().collect();
         names.sort();
+        let quota = self.live_quota_blocks();
+        let blocked = |ct: CapacityType, name: &str| {
+            quota.contains_key(&(ct, "*".to_owned()))
+                || quota.contains_key(&(ct, catalog::quota_bucket(name).to_owned()))
+        };
         let mut out = Vec::with_capacity(names.len());
         for name in names {
             let shape = &shapes[name];
             if !shape.architectures.iter().any(|a| archs.contains(a.as_str())) {
                 continue;
             }
+            // Neither the on-demand price nor the quota blocks depend on the zone.
+            let od_price = od.get(name).copied();
+            let blocked = [CapacityType::Spot, CapacityType::OnDemand].map(|ct| (ct, blocked(ct, name)));
             let mut offerings = Vec::new();
             for zone in zones.get(name).into_iter().flatten().filter(|z| subnet_zones.contains(z.as_str())) {
-                let od_price = od.get(name).copied();
-                for ct in [CapacityType::Spot, CapacityType::OnDemand] {
+                for (ct, blocked) in blocked {
                     let price = match ct {
                         CapacityType::Spot => spot.get(&(name.clone(), zone.clone())).copied().or(od_price),
                         _ => od_price,
                     };
                     let mut o = Offering::new(zone.clone(), ct, price.unwrap_or(0.0));
-                    o.available = price.is_some() && !self.quota_blocked(ct, name);
+                    o.available = price.is_some() && !blocked;
                     offerings.push(o);
                 }
             }
@@ -878,7 +884,7 @@ impl AwsProvider {
             "cluster": self.settings.cluster_name, "class": class.name(), "hash": class.static_hash(),
             "ami": ami.id, "sgs": sgs, "profile": status.instance_profile,
         });
-        let hash = format!("{:016x}", fnv(key.to_string().as_bytes()));
+        let hash = tenon_core::api::stable_hash(&key);
         let name = format!("tenon/{}/{hash}", self.settings.cluster_name);
         if self.state().templates.contains(&name) {
             return Ok(name);
@@ -1004,15 +1010,6 @@ impl AwsProvider {
         self.state().queue_url = Some(url.clone());
         Ok(url)
     }
-}
-
-fn fnv(bytes: &[u8]) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in bytes {
-        h ^= u64::from(*b);
-        h = h.wrapping_mul(0x0100_0000_01b3);
-    }
-    h
 }
 
 /// A shape from one `DescribeInstanceTypes` entry; `None` for types tenon cannot run (no supported
