@@ -175,10 +175,20 @@ pub(crate) struct Machine {
 }
 
 impl Machine {
+    /// The labels of the machine's class as an instance type: architecture, OS, GPU model and count.
+    pub(crate) fn type_labels(&self) -> BTreeMap<String, String> {
+        BTreeMap::from([
+            (labels::ARCH.to_owned(), self.arch.clone()),
+            (labels::OS.to_owned(), "linux".to_owned()),
+            (GPU_MODEL_LABEL.to_owned(), self.gpu_model.clone()),
+            (GPU_COUNT_LABEL.to_owned(), self.gpu_count.to_string()),
+        ])
+    }
+
     /// The labels the machine's node carries.
-    pub(crate) fn node_labels(&self, type_labels: &BTreeMap<String, String>) -> BTreeMap<String, String> {
+    pub(crate) fn node_labels(&self) -> BTreeMap<String, String> {
         let mut l = self.labels.clone();
-        l.extend(type_labels.iter().map(|(k, v)| (k.clone(), v.clone())));
+        l.extend(self.type_labels());
         l.insert(MACHINE_LABEL.into(), self.name.clone());
         l.insert(labels::INSTANCE_TYPE.into(), self.class.clone());
         l.insert(labels::ZONE.into(), self.domain.clone());
@@ -336,14 +346,9 @@ pub(crate) fn instance_types<'a>(machines: impl IntoIterator<Item = (&'a Machine
     let mut offers: BTreeMap<(String, String), (f64, u32, u32, String)> = BTreeMap::new();
     for (m, free, coming) in machines {
         let entry = types.entry(m.class.clone()).or_insert_with(|| {
-            let mut l = BTreeMap::new();
-            l.insert(labels::ARCH.to_owned(), m.arch.clone());
-            l.insert(labels::OS.to_owned(), "linux".to_owned());
-            l.insert(GPU_MODEL_LABEL.to_owned(), m.gpu_model.clone());
-            l.insert(GPU_COUNT_LABEL.to_owned(), m.gpu_count.to_string());
             let it = InstanceType {
                 name: m.class.clone(),
-                labels: l,
+                labels: m.type_labels(),
                 capacity: m.capacity,
                 overhead: Default::default(),
                 offerings: Vec::new(),

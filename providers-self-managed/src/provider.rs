@@ -95,7 +95,7 @@ enum Power {
     Stopping {
         since: Timestamp,
         starting_since: Option<Timestamp>,
-        off_sent: Option<Timestamp>,
+        graceful_sent: Option<Timestamp>,
         forced: Option<Timestamp>,
     },
 }
@@ -375,15 +375,6 @@ impl SelfManagedProvider {
         }
     }
 
-    fn type_labels(m: &Machine) -> BTreeMap<String, String> {
-        let mut l = BTreeMap::new();
-        l.insert(labels::ARCH.to_owned(), m.arch.clone());
-        l.insert(labels::OS.to_owned(), "linux".to_owned());
-        l.insert(GPU_MODEL_LABEL.to_owned(), m.gpu_model.clone());
-        l.insert(GPU_COUNT_LABEL.to_owned(), m.gpu_count.to_string());
-        l
-    }
-
     fn instance(m: &Machine, h: &Hold) -> Instance {
         let state = match h.power {
             Power::Starting { .. } => InstanceState::Pending,
@@ -400,7 +391,7 @@ impl SelfManagedProvider {
             capacity: m.capacity,
             allocatable: m.capacity,
             image_id: None,
-            labels: m.node_labels(&Self::type_labels(m)),
+            labels: m.node_labels(),
             lease: None,
             node_pool: h.node_pool.clone(),
             node_claim: Some(h.claim.clone()),
@@ -536,7 +527,7 @@ impl SelfManagedProvider {
             .filter(|(_, s)| {
                 let it = InstanceType {
                     name: s.machine.class.clone(),
-                    labels: Self::type_labels(&s.machine),
+                    labels: s.machine.type_labels(),
                     capacity: s.machine.capacity,
                     overhead: Default::default(),
                     offerings: Vec::new(),
@@ -635,7 +626,7 @@ enum Claimed {
     /// No machine is free, but some are powering off.
     Deferred { coming: usize, left: Duration },
     /// Nothing free or coming; the owned offerings the claim could use.
-    None(Vec<OfferingKey>),
+    Exhausted(Vec<OfferingKey>),
 }
 
 impl SelfManagedProvider {
@@ -694,7 +685,7 @@ impl SelfManagedProvider {
             .collect();
         match coming.iter().min() {
             Some(left) => Claimed::Deferred { coming: coming.len(), left: *left },
-            None => Claimed::None(owned),
+            None => Claimed::Exhausted(owned),
         }
     }
 }
@@ -762,16 +753,8 @@ impl CloudProvider for SelfManagedProvider {
         };
         let (index, machine) = match decision {
             Claimed::Existing(i) => return Ok(i),
-            Claimed::Burst(pid) => {
-                return match self.burst_for(&pid) {
-                    Some((burst, _, hold)) => {
-                        let mut i = burst.get(&pid).await?;
-                        i.lease = hold.map(|h| h.lease);
-                        Ok(i)
-                    }
-                    None => Err(CloudError::NotFound(pid)),
-                };
-            }
+            // Already burst for this claim: the instance as `get` reports a burst instance.
+            Claimed::Burst(pid) => return self.get(&pid).await,
             Claimed::Deferred { coming, left } => {
                 let retry_after = left.clamp(Duration::from_secs(5), Duration::from_secs(30));
                 return Err(CloudError::LaunchDeferred {
@@ -779,7 +762,7 @@ impl CloudProvider for SelfManagedProvider {
                     reason: format!("{object}: no free machine in {KIND}/{node_class}; {coming} powering off"),
                 });
             }
-            Claimed::None(owned) => return self.create_burst(claim, options, &node_class, owned).await,
+            Claimed::Exhausted(owned) => return self.create_burst(claim, options, &node_class, owned).await,
             Claimed::Machine(index, machine) => (index, machine),
         };
 
@@ -842,16 +825,20 @@ impl CloudProvider for SelfManagedProvider {
             match h.power {
                 Power::Stopping { .. } => {}
                 Power::Starting { requested_at } => {
-                    h.power =
-                        Power::Stopping { since: now, starting_since: Some(requested_at), off_sent: None, forced: None }
+                    h.power = Power::Stopping {
+                        since: now,
+                        starting_since: Some(requested_at),
+                        graceful_sent: None,
+                        forced: None,
+                    }
                 }
                 Power::Running => {
-                    h.power = Power::Stopping { since: now, starting_since: None, off_sent: None, forced: None }
+                    h.power = Power::Stopping { since: now, starting_since: None, graceful_sent: None, forced: None }
                 }
             }
             (index, slot.machine.clone(), h.power)
         };
-        let Power::Stopping { since, starting_since, off_sent, forced } = power else { return Ok(()) };
+        let Power::Stopping { since, starting_since, graceful_sent, forced } = power else { return Ok(()) };
         let policy = self.policy(&machine.node_class);
         let target = self.target(&machine)?;
         let read = self.bmc.power_state(&target).await;
@@ -866,12 +853,12 @@ impl CloudProvider for SelfManagedProvider {
                     return Err(Self::bmc_error(&machine, e, false));
                 }
             }
-            Ok(PowerState::Off) => match (off_sent, starting_since) {
+            Ok(PowerState::Off) => match (graceful_sent, starting_since) {
                 // A power-on may still be pending: wait for it, then shut down properly.
                 (None, Some(requested)) if clock::since(now, requested) < policy.boot_budget => Step::Wait,
                 _ => Step::Release,
             },
-            Ok(PowerState::On) => match (off_sent, forced) {
+            Ok(PowerState::On) => match (graceful_sent, forced) {
                 (None, _) => Step::Send(ResetType::GracefulShutdown),
                 (Some(sent), None) if clock::since(now, sent) >= policy.graceful_shutdown_timeout => {
                     Step::Send(ResetType::ForceOff)
@@ -890,11 +877,11 @@ impl CloudProvider for SelfManagedProvider {
                 tracing::info!(machine = %machine.name, reset = reset.as_str(), "powering off");
                 let mut st = self.state();
                 if let Phase::Held(h) = &mut st.slots[index].phase
-                    && let Power::Stopping { off_sent, forced, .. } = &mut h.power
+                    && let Power::Stopping { graceful_sent, forced, .. } = &mut h.power
                 {
                     match reset {
                         ResetType::ForceOff => *forced = Some(now),
-                        _ => *off_sent = Some(now),
+                        _ => *graceful_sent = Some(now),
                     }
                 }
                 Ok(())
@@ -916,7 +903,7 @@ impl CloudProvider for SelfManagedProvider {
                     if reason.is_some() {
                         slot.failures += 1;
                     }
-                    if starting_since.is_some() && off_sent.is_none() && reason.is_none() {
+                    if starting_since.is_some() && graceful_sent.is_none() && reason.is_none() {
                         // It never came on within its boot budget.
                         slot.failures += 1;
                     }

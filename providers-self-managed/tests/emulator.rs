@@ -3,13 +3,16 @@
 //! run in parallel against one emulator.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
 use std::io::{Read, Write};
 use std::net::TcpListener;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use tenon_core::api::{NodeClaim, NodeClaimSpec, NodeClaimStatus, NodeClassRef, NodePool, NodePoolSpec, labels};
+use common::launched;
+use tenon_core::api::{NodeClaim, NodeClassRef, NodePool, NodePoolSpec, labels};
 use tenon_core::cloud::conformance::{self, Harness};
 use tenon_core::cloud::{
     CapacityType, CloudError, CloudProvider, DynCloudProvider, InstanceState, LaunchOptions, OfferingKey,
@@ -74,24 +77,8 @@ fn provider(class: tenon_self_managed::SelfManagedNodeClass, password: &str) -> 
 }
 
 fn claim(class: &str, name: &str) -> NodeClaim {
-    let mut c = NodeClaim::new(
-        name,
-        NodeClaimSpec {
-            node_class_ref: Some(NodeClassRef {
-                group: "tenon.dev".into(),
-                kind: "SelfManagedNodeClass".into(),
-                name: class.into(),
-            }),
-            ..Default::default()
-        },
-    );
-    c.metadata.uid = Some(format!("uid-{class}-{name}"));
+    let mut c = common::claim(class, name);
     c.metadata.labels = Some([(labels::NODE_POOL.to_owned(), "gpu".to_owned())].into());
-    c
-}
-
-fn launched(mut c: NodeClaim, pid: &str) -> NodeClaim {
-    c.status = Some(NodeClaimStatus { provider_id: Some(pid.to_owned()), ..Default::default() });
     c
 }
 
@@ -153,7 +140,7 @@ impl Harness for EmulatorHarness {
         self.provider.clone()
     }
     fn node_class_ref(&self) -> Option<NodeClassRef> {
-        Some(NodeClassRef { group: "tenon.dev".into(), kind: "SelfManagedNodeClass".into(), name: self.class.clone() })
+        Some(common::class_ref(&self.class))
     }
     /// The emulator applies power changes in real time: between the suite's polls, one poll interval.
     async fn settle(&self) {
@@ -405,8 +392,7 @@ async fn bmc_refusals_become_clear_errors_naming_the_machine_and_url() {
     let err = p.create(&c, &LaunchOptions::default()).await.unwrap_err();
     let err = check(err, "silent-1", &silent);
     assert!(matches!(&err, CloudError::Create { reason, .. } if reason == "BmcTimeout"), "{err}");
-    // Reading the power state of the garbled BMC's machine: it accepts the reset (an empty 200 is fine)
-    // but its system document is not JSON.
+    // The garbled BMC answers every request with a body that is not JSON.
     let mut c = claim("odd", "garbled");
     c.spec.requirements =
         vec![tenon_core::api::NodeSelectorRequirement::new(labels::ZONE, tenon_core::api::Operator::In, ["island-b"])];

@@ -2,10 +2,13 @@
 //! graceful → forced power-off) and the end-to-end autoscaling story through core's simulator.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
 use std::sync::Arc;
 use std::time::Duration;
 
-use tenon_core::api::{NodeClaim, NodeClaimSpec, NodeClaimStatus, NodeClassRef, NodePool, NodePoolSpec, labels};
+use common::launched;
+use tenon_core::api::{NodeClaim, NodePool, NodePoolSpec, labels};
 use tenon_core::clock::VirtualClock;
 use tenon_core::cloud::fake::{FakeCloud, instance_type};
 use tenon_core::cloud::{CloudError, CloudProvider, InstanceState, LaunchOptions};
@@ -32,24 +35,7 @@ fn inventory(machines: usize, extra: &str) -> tenon_self_managed::SelfManagedNod
 }
 
 fn claim(name: &str) -> NodeClaim {
-    let mut c = NodeClaim::new(
-        name,
-        NodeClaimSpec {
-            node_class_ref: Some(NodeClassRef {
-                group: "tenon.dev".into(),
-                kind: "SelfManagedNodeClass".into(),
-                name: "owned".into(),
-            }),
-            ..Default::default()
-        },
-    );
-    c.metadata.uid = Some(format!("uid-{name}"));
-    c
-}
-
-fn launched(mut c: NodeClaim, pid: &str) -> NodeClaim {
-    c.status = Some(NodeClaimStatus { provider_id: Some(pid.to_owned()), ..Default::default() });
-    c
+    common::claim("owned", name)
 }
 
 struct World {
@@ -224,8 +210,7 @@ async fn owned_machines_serve_pods_burst_to_the_cloud_when_full_and_reclaim_the_
             .unwrap(),
     );
     let mut pool = NodePool::new("gpu", NodePoolSpec::default());
-    pool.spec.template.spec.node_class_ref =
-        Some(NodeClassRef { group: "tenon.dev".into(), kind: "SelfManagedNodeClass".into(), name: "owned".into() });
+    pool.spec.template.spec.node_class_ref = Some(common::class_ref("owned"));
     pool.spec.disruption.budgets[0].nodes = "100%".into();
     pool.metadata.annotations = Some([(labels::NODECLAIM_REGISTRATION_TIMEOUT.to_owned(), "25m".to_owned())].into());
     let mut sim = Sim::new(clock.clone(), provider.clone(), vec![pool], Settings::default());
