@@ -525,9 +525,11 @@ impl SelfManagedProvider {
             .filter(|(_, s)| s.machine.node_class == node_class)
             .filter(|(_, s)| requests.fits(&s.machine.capacity))
             .filter(|(_, s)| {
+                // The machine's own labels count: a claim asking for `rack In [r1]` must not get a
+                // machine labelled `rack: r2` just because its class leaves the rack open.
                 let it = InstanceType {
                     name: s.machine.class.clone(),
-                    labels: s.machine.type_labels(),
+                    labels: s.machine.node_labels(),
                     capacity: s.machine.capacity,
                     overhead: Default::default(),
                     offerings: Vec::new(),

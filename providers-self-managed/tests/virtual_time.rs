@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::launched;
-use tenon_core::api::{NodeClaim, NodePool, NodePoolSpec, labels};
+use tenon_core::api::{NodeClaim, NodePool, NodePoolSpec, NodeSelectorRequirement, Operator, labels};
 use tenon_core::clock::VirtualClock;
 use tenon_core::cloud::fake::{FakeCloud, instance_type};
 use tenon_core::cloud::{CloudError, CloudProvider, InstanceState, LaunchOptions};
@@ -263,4 +263,48 @@ async fn owned_machines_serve_pods_burst_to_the_cloud_when_full_and_reclaim_the_
     assert!(sim.live_claims().is_empty());
     assert!(provider.machines().iter().all(|m| m.phase == MachinePhase::Free), "{:?}", provider.machines());
     assert_eq!((bmc.power("sys-0"), bmc.power("sys-1")), (PowerState::Off, PowerState::Off));
+}
+
+/// A machine's own labels (a rack, a team) narrow which machine a claim gets, though the class's instance
+/// type leaves them open because its machines differ.
+#[tokio::test]
+async fn a_claim_requiring_a_machine_label_gets_a_machine_with_that_label() {
+    let mut yaml = String::from(
+        "apiVersion: tenon.dev/v1alpha1\nkind: SelfManagedNodeClass\nmetadata: {name: owned}\nspec:\n  machines:\n",
+    );
+    for (n, rack) in [(0, "r1"), (1, "r2"), (2, "r1")] {
+        yaml.push_str(&format!(
+            "  - name: h100-{n}\n    domain: island-a\n    bmc: {{endpoint: \"https://bmc-{n}.example\", systemId: \"sys-{n}\", credentialsRef: bmc}}\n    gpu: {{model: H100-SXM5-80GB, count: 8}}\n    cpu: \"192\"\n    memory: 2Ti\n    pricePerHour: 12.5\n    labels: {{rack: {rack}}}\n"
+        ));
+    }
+    let clock = VirtualClock::at_epoch();
+    let provider = SelfManagedProvider::builder()
+        .node_class(parse_node_class(&yaml).unwrap())
+        .credentials("bmc", "admin", "secret")
+        .bmc(Arc::new(InMemoryBmc::new(clock.clone(), Duration::from_secs(90))))
+        .clock(clock)
+        .build()
+        .unwrap();
+    // The class's instance type does not fix the rack: its machines differ.
+    let types = provider.instance_types(&NodePool::new("gpu", NodePoolSpec::default())).await.unwrap();
+    assert_eq!(types.len(), 1);
+    assert_eq!(types[0].label("rack"), None);
+
+    let on_rack = |name: &str, rack: &str| {
+        let mut c = claim(name);
+        c.spec.requirements = vec![NodeSelectorRequirement::new("rack", Operator::In, [rack])];
+        c
+    };
+    let machine = |i: &tenon_core::cloud::Instance| i.labels.get("tenon.dev/machine").cloned();
+    let a = provider.create(&on_rack("a", "r2"), &LaunchOptions::default()).await.unwrap();
+    assert_eq!(machine(&a).as_deref(), Some("h100-1"), "the first free machine is on r1; the claim asked for r2");
+    assert_eq!(a.labels.get("rack").map(String::as_str), Some("r2"));
+    // r2 has no machine left; r1 has two.
+    let err = provider.create(&on_rack("b", "r2"), &LaunchOptions::default()).await.unwrap_err();
+    assert!(matches!(err, CloudError::InsufficientCapacity { .. }), "{err}");
+    let b = provider.create(&on_rack("c", "r1"), &LaunchOptions::default()).await.unwrap();
+    assert_eq!(machine(&b).as_deref(), Some("h100-0"));
+    // A claim that does not ask for a rack takes any free machine.
+    let c = provider.create(&claim("d"), &LaunchOptions::default()).await.unwrap();
+    assert_eq!(machine(&c).as_deref(), Some("h100-2"));
 }
