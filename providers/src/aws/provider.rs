@@ -502,22 +502,18 @@ impl AwsProvider {
             return Ok(s);
         }
         let mut out = HashMap::new();
-        let mut token: Option<String> = None;
-        loop {
-            let mut req = self.ec2.describe_instance_types().max_results(100).set_next_token(token.take());
-            if !self.settings.instance_type_patterns.is_empty() {
-                req = req.filters(filter("instance-type", self.settings.instance_type_patterns.iter().cloned()));
-            }
-            let resp = req.send().await.map_err(|e| sdk_error("DescribeInstanceTypes", e))?;
+        let mut req = self.ec2.describe_instance_types().max_results(100);
+        if !self.settings.instance_type_patterns.is_empty() {
+            req = req.filters(filter("instance-type", self.settings.instance_type_patterns.iter().cloned()));
+        }
+        let mut pages = req.into_paginator().send();
+        while let Some(page) = pages.next().await {
+            let resp = page.map_err(|e| sdk_error("DescribeInstanceTypes", e))?;
             for info in resp.instance_types() {
                 let shape = shape_of(info)?;
                 if let Some(s) = shape {
                     out.insert(s.name.clone(), s);
                 }
-            }
-            match resp.next_token() {
-                Some(t) if !t.is_empty() => token = Some(t.to_owned()),
-                _ => break,
             }
         }
         let value = Arc::new(out);
@@ -543,18 +539,17 @@ impl AwsProvider {
         }
         let names = self.selected_names().await?;
         let mut out: HashMap<String, BTreeSet<String>> = HashMap::new();
-        let mut token: Option<String> = None;
-        loop {
-            let mut req = self
-                .ec2
-                .describe_instance_type_offerings()
-                .location_type(ec2::LocationType::AvailabilityZone)
-                .max_results(1000)
-                .set_next_token(token.take());
-            if let Some(names) = &names {
-                req = req.filters(filter("instance-type", names.iter().cloned()));
-            }
-            let resp = req.send().await.map_err(|e| sdk_error("DescribeInstanceTypeOfferings", e))?;
+        let mut req = self
+            .ec2
+            .describe_instance_type_offerings()
+            .location_type(ec2::LocationType::AvailabilityZone)
+            .max_results(1000);
+        if let Some(names) = &names {
+            req = req.filters(filter("instance-type", names.iter().cloned()));
+        }
+        let mut pages = req.into_paginator().send();
+        while let Some(page) = pages.next().await {
+            let resp = page.map_err(|e| sdk_error("DescribeInstanceTypeOfferings", e))?;
             for o in resp.instance_type_offerings() {
                 let (Some(t), Some(zone)) = (o.instance_type(), o.location()) else {
                     return Err(CloudError::message(
@@ -563,10 +558,6 @@ impl AwsProvider {
                     ));
                 };
                 out.entry(t.as_str().to_owned()).or_default().insert(zone.to_owned());
-            }
-            match resp.next_token() {
-                Some(t) if !t.is_empty() => token = Some(t.to_owned()),
-                _ => break,
             }
         }
         let value = Arc::new(out);
@@ -599,21 +590,20 @@ impl AwsProvider {
     async fn fetch_spot_prices(&self) -> Result<HashMap<(String, String), f64>, CloudError> {
         let names = self.selected_names().await?;
         let mut latest: HashMap<(String, String), (i64, f64)> = HashMap::new();
-        let mut token: Option<String> = None;
         let start = aws_smithy_types::DateTime::from_secs(self.now().as_second());
-        loop {
-            let mut req = self
-                .ec2
-                .describe_spot_price_history()
-                .product_descriptions("Linux/UNIX")
-                .product_descriptions("Linux/UNIX (Amazon VPC)")
-                .start_time(start)
-                .max_results(1000)
-                .set_next_token(token.take());
-            if let Some(names) = &names {
-                req = req.set_instance_types(Some(names.iter().map(|n| ec2::InstanceType::from(n.as_str())).collect()));
-            }
-            let resp = req.send().await.map_err(|e| sdk_error("DescribeSpotPriceHistory", e))?;
+        let mut req = self
+            .ec2
+            .describe_spot_price_history()
+            .product_descriptions("Linux/UNIX")
+            .product_descriptions("Linux/UNIX (Amazon VPC)")
+            .start_time(start)
+            .max_results(1000);
+        if let Some(names) = &names {
+            req = req.set_instance_types(Some(names.iter().map(|n| ec2::InstanceType::from(n.as_str())).collect()));
+        }
+        let mut pages = req.into_paginator().send();
+        while let Some(page) = pages.next().await {
+            let resp = page.map_err(|e| sdk_error("DescribeSpotPriceHistory", e))?;
             for p in resp.spot_price_history() {
                 let (Some(t), Some(zone), Some(price)) = (p.instance_type(), p.availability_zone(), p.spot_price())
                 else {
@@ -633,10 +623,6 @@ impl AwsProvider {
                 if at >= slot.0 {
                     *slot = (at, price);
                 }
-            }
-            match resp.next_token() {
-                Some(t) if !t.is_empty() => token = Some(t.to_owned()),
-                _ => break,
             }
         }
         Ok(latest.into_iter().map(|(k, (_, p))| (k, p)).collect())
@@ -788,30 +774,26 @@ impl AwsProvider {
 
     async fn describe_owned(&self, extra: Vec<ec2::Filter>) -> Result<Vec<ec2::Instance>, CloudError> {
         let mut out = Vec::new();
-        let mut token: Option<String> = None;
-        loop {
-            let mut req = self
-                .ec2
-                .describe_instances()
-                .filters(filter(&format!("tag:{}", self.cluster_tag()), ["owned"]))
-                .filters(filter("tag-key", [TAG_NODE_POOL]))
-                .filters(filter("instance-state-name", LIVE_STATES))
-                .set_next_token(token.take());
-            for f in &extra {
-                req = req.filters(f.clone());
-            }
-            let resp = req.send().await.map_err(|e| sdk_error("DescribeInstances", e))?;
+        let mut req = self
+            .ec2
+            .describe_instances()
+            .filters(filter(&format!("tag:{}", self.cluster_tag()), ["owned"]))
+            .filters(filter("tag-key", [TAG_NODE_POOL]))
+            .filters(filter("instance-state-name", LIVE_STATES));
+        for f in extra {
+            req = req.filters(f);
+        }
+        let mut pages = req.into_paginator().send();
+        while let Some(page) = pages.next().await {
+            let resp = page.map_err(|e| sdk_error("DescribeInstances", e))?;
             out.extend(resp.reservations().iter().flat_map(|r| r.instances()).filter(|i| self.owned(i)).cloned());
-            match resp.next_token() {
-                Some(t) if !t.is_empty() => token = Some(t.to_owned()),
-                _ => break,
-            }
         }
         Ok(out)
     }
 
-    /// The core's view of an EC2 instance.
-    async fn to_instance(&self, i: &ec2::Instance) -> Result<Instance, CloudError> {
+    /// The core's view of an EC2 instance. Its capacity and labels come from `shapes` (the instance types
+    /// EC2 described); without them, or for a type they lack, the instance has no capacity or type labels.
+    fn to_instance(&self, i: &ec2::Instance, shapes: Option<&HashMap<String, Shape>>) -> Result<Instance, CloudError> {
         let id = i
             .instance_id()
             .ok_or_else(|| CloudError::message(NAME, "DescribeInstances: an instance has no InstanceId"))?;
@@ -837,9 +819,7 @@ impl AwsProvider {
         let launch_time =
             i.launch_time().and_then(|t| Timestamp::from_second(t.secs()).ok()).unwrap_or_else(|| self.now());
         let class = tags.get(TAG_NODE_CLASS).and_then(|n| self.state().classes.get(n).cloned());
-        let shapes = self.shapes().await.ok();
         let it = shapes
-            .as_ref()
             .and_then(|s| s.get(&itype))
             .map(|s| catalog::instance_type(s, self.root_volume_gib(class.as_ref()), Vec::new()));
         let price = match capacity_type {
@@ -1175,7 +1155,7 @@ impl AwsProvider {
             .iter()
             .find(|i| !matches!(i.state().and_then(|s| s.name()), Some(ec2::InstanceStateName::ShuttingDown)))
         {
-            Some(i) => Ok(Some(self.to_instance(i).await?)),
+            Some(i) => Ok(Some(self.to_instance(i, self.shapes().await.ok().as_deref())?)),
             None => Ok(None),
         }
     }
@@ -1211,10 +1191,14 @@ impl CloudProvider for AwsProvider {
         let (capacity_type, overrides) = self.plan_overrides(claim, options, &types, &status)?;
 
         // One launch template per AMI; each carries the overrides that boot it.
-        let mut configs: BTreeMap<String, Vec<&Override>> = BTreeMap::new();
+        let mut by_ami: BTreeMap<&str, Vec<&Override>> = BTreeMap::new();
         for o in &overrides {
-            let lt = self.ensure_launch_template(&class, &status, &o.ami).await?;
-            configs.entry(lt).or_default().push(o);
+            by_ami.entry(o.ami.id.as_str()).or_default().push(o);
+        }
+        let mut configs: Vec<(String, Vec<&Override>)> = Vec::with_capacity(by_ami.len());
+        for ovs in by_ami.into_values() {
+            let lt = self.ensure_launch_template(&class, &status, &ovs[0].ami).await?;
+            configs.push((lt, ovs));
         }
         let tags = self.launch_tags(claim, &class);
         let mut req = self.ec2.create_fleet().r#type(ec2::FleetType::Instant).target_capacity_specification(
@@ -1383,15 +1367,14 @@ impl CloudProvider for AwsProvider {
         if matches!(i.state().and_then(|s| s.name()), Some(ec2::InstanceStateName::Terminated)) {
             return Err(CloudError::NotFound(provider_id.to_owned()));
         }
-        self.to_instance(&i).await
+        self.to_instance(&i, self.shapes().await.ok().as_deref())
     }
 
     async fn list(&self) -> Result<Vec<Instance>, CloudError> {
-        let mut out = Vec::new();
-        for i in self.describe_owned(Vec::new()).await? {
-            out.push(self.to_instance(&i).await?);
-        }
-        Ok(out)
+        let instances = self.describe_owned(Vec::new()).await?;
+        // The shapes are read once for the whole listing (and not at all for an empty one).
+        let shapes = if instances.is_empty() { None } else { self.shapes().await.ok() };
+        instances.iter().map(|i| self.to_instance(i, shapes.as_deref())).collect()
     }
 
     async fn is_drifted(&self, claim: &NodeClaim) -> Result<Option<DriftReason>, CloudError> {
