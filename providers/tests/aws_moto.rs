@@ -522,6 +522,15 @@ async fn an_unresolvable_node_class_is_not_ready() {
     assert_eq!(status.security_groups[0].id, env.security_group);
     let gpu_ami = status.amis.iter().find(|a| a.id == env.gpu_ami).unwrap();
     assert!(gpu_ami.nvidia, "named nvidia");
+    // The same spec applied again (a watch resync) keeps its resolution; a changed one is resolved afresh.
+    p.apply_node_class(env.node_class()).unwrap();
+    let (_, again) = p.resolve_node_class(&env.class_name()).await.unwrap();
+    assert!(std::sync::Arc::ptr_eq(&status, &again), "not resolved again");
+    let mut nc = env.node_class();
+    nc.spec.subnet_selector_terms[0].tags = [("tenon-test".to_owned(), "nobody".to_owned())].into();
+    p.apply_node_class(nc).unwrap();
+    let err = p.resolve_node_class(&env.class_name()).await.unwrap_err();
+    assert!(matches!(err, CloudError::NodeClassNotReady(ref m) if m.contains("subnetSelectorTerms")), "{err}");
 }
 
 /// moto: an `alias` term finds the EKS-named image of its version (the owner is configurable: here

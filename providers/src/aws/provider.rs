@@ -61,8 +61,7 @@ struct Cached<T> {
 #[derive(Debug, Clone)]
 struct ResolvedClass {
     at: Timestamp,
-    spec: String,
-    status: EC2NodeClassStatus,
+    status: Arc<EC2NodeClassStatus>,
 }
 
 /// A quota scope that failed: a capacity type, and a vCPU quota bucket (`*` for all).
@@ -70,7 +69,7 @@ type QuotaKey = (CapacityType, String);
 
 #[derive(Debug, Default)]
 struct State {
-    classes: HashMap<String, EC2NodeClass>,
+    classes: HashMap<String, Arc<EC2NodeClass>>,
     resolved: HashMap<String, ResolvedClass>,
     shapes: Option<Cached<HashMap<String, Shape>>>,
     zones: Option<Cached<HashMap<String, BTreeSet<String>>>>,
@@ -263,13 +262,17 @@ impl AwsProvider {
         c.as_ref().filter(|c| clock::since(self.now(), c.at) < ttl).map(|c| c.value.clone())
     }
 
-    /// Adds or replaces an `EC2NodeClass` (the operator feeds them from the API server).
+    /// Adds or replaces an `EC2NodeClass` (the operator feeds them from the API server). A changed spec
+    /// is resolved afresh (subnets, security groups, AMIs) on its next use; an unchanged one keeps its
+    /// resolution until `node_class_ttl`.
     pub fn apply_node_class(&self, class: EC2NodeClass) -> Result<(), CloudError> {
         class.validate().map_err(CloudError::NodeClassNotReady)?;
         let name = class.name().to_owned();
         let mut st = self.state();
-        st.resolved.remove(&name);
-        st.classes.insert(name, class);
+        if st.classes.get(&name).is_none_or(|old| old.spec != class.spec) {
+            st.resolved.remove(&name);
+        }
+        st.classes.insert(name, Arc::new(class));
         Ok(())
     }
 
@@ -290,17 +293,18 @@ impl AwsProvider {
 
     /// The NodeClass `name` and what its selector terms resolve to (cached for `node_class_ttl`).
     /// `NodeClassNotReady` when it is unknown or a term resolves to nothing.
-    pub async fn resolve_node_class(&self, name: &str) -> Result<(EC2NodeClass, EC2NodeClassStatus), CloudError> {
+    pub async fn resolve_node_class(
+        &self,
+        name: &str,
+    ) -> Result<(Arc<EC2NodeClass>, Arc<EC2NodeClassStatus>), CloudError> {
         let class = self
             .state()
             .classes
             .get(name)
             .cloned()
             .ok_or_else(|| CloudError::NodeClassNotReady(format!("EC2NodeClass/{name} is not known")))?;
-        let spec = serde_json::to_string(&class.spec).unwrap_or_default();
         let cached = self.state().resolved.get(name).cloned();
         if let Some(r) = cached
-            && r.spec == spec
             && clock::since(self.now(), r.at) < self.settings.node_class_ttl
         {
             return Ok((class, r.status));
@@ -308,13 +312,13 @@ impl AwsProvider {
         let subnets = self.resolve_subnets(&class).await?;
         let security_groups = self.resolve_security_groups(&class).await?;
         let amis = self.resolve_amis(&class).await?;
-        let status = EC2NodeClassStatus {
+        let status = Arc::new(EC2NodeClassStatus {
             subnets,
             security_groups,
             amis,
             instance_profile: class.spec.instance_profile.clone().or_else(|| class.spec.role.clone()),
-        };
-        self.state().resolved.insert(name.to_owned(), ResolvedClass { at: self.now(), spec, status: status.clone() });
+        });
+        self.state().resolved.insert(name.to_owned(), ResolvedClass { at: self.now(), status: status.clone() });
         Ok((class, status))
     }
 
@@ -821,7 +825,7 @@ impl AwsProvider {
         let class = tags.get(TAG_NODE_CLASS).and_then(|n| self.state().classes.get(n).cloned());
         let it = shapes
             .and_then(|s| s.get(&itype))
-            .map(|s| catalog::instance_type(s, self.root_volume_gib(class.as_ref()), Vec::new()));
+            .map(|s| catalog::instance_type(s, self.root_volume_gib(class.as_deref()), Vec::new()));
         let price = match capacity_type {
             CapacityType::Spot => {
                 self.state().spot.as_ref().and_then(|s| s.value.get(&(itype.clone(), zone.to_owned())).copied())
