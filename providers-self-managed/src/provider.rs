@@ -10,6 +10,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use futures_util::{StreamExt, stream};
 use jiff::Timestamp;
 use tenon_core::api::{NodeClaim, NodeClassRef, NodePool, NodeSelectorRequirement, labels};
 use tenon_core::clock::{self, SharedClock, SystemClock};
@@ -29,6 +30,9 @@ use crate::inventory::{
 pub const PROVIDER_NAME: &str = "self-managed";
 /// The scheme of the provider ids of owned machines: `self-managed://<node class>/<machine>`.
 pub const PROVIDER_ID_SCHEME: &str = "self-managed://";
+
+/// How many BMCs [`SelfManagedProvider`]'s `list` reads at once.
+const CONCURRENT_BMC_READS: usize = 16;
 
 /// The lease reason of a burst node.
 pub const BURST_LEASE_REASON: &str = "owned fleet full";
@@ -270,8 +274,9 @@ impl SelfManagedProvider {
         self.clock.now()
     }
 
-    fn policy(&self, node_class: &str) -> Policy {
-        self.policies.get(node_class).cloned().unwrap_or(Policy {
+    /// The policy of `node_class`; the defaults for a class the provider was not built with.
+    fn policy(&self, node_class: &str) -> &Policy {
+        static DEFAULT: Policy = Policy {
             boot_budget: inventory::DEFAULT_BOOT_BUDGET,
             graceful_shutdown_timeout: inventory::DEFAULT_GRACEFUL_SHUTDOWN_TIMEOUT,
             forced_shutdown_timeout: inventory::DEFAULT_FORCED_SHUTDOWN_TIMEOUT,
@@ -279,7 +284,8 @@ impl SelfManagedProvider {
             pxe_boot: false,
             reimage_on_release: false,
             burst: None,
-        })
+        };
+        self.policies.get(node_class).unwrap_or(&DEFAULT)
     }
 
     /// Every machine's state.
@@ -550,7 +556,7 @@ impl SelfManagedProvider {
         owned: Vec<OfferingKey>,
     ) -> Result<Instance, CloudError> {
         let policy = self.policy(node_class);
-        let (Some(burst), Some((r, lease))) = (&self.burst, policy.burst) else {
+        let (Some(burst), Some((r, lease))) = (&self.burst, &policy.burst) else {
             return Err(CloudError::InsufficientCapacity {
                 offerings: owned,
                 message: format!("NodeClaim/{}: no free owned machine and no burst configured", claim.name()),
@@ -572,7 +578,7 @@ impl SelfManagedProvider {
             });
         }
         // Bursting buys on-demand capacity only.
-        let mut burst_claim = self.burst_claim(claim, &r);
+        let mut burst_claim = self.burst_claim(claim, r);
         burst_claim.spec.requirements.push(NodeSelectorRequirement::new(
             labels::CAPACITY_TYPE,
             tenon_core::api::Operator::In,
@@ -581,7 +587,7 @@ impl SelfManagedProvider {
         match burst.create(&burst_claim, options).await {
             Ok(mut instance) => {
                 let lease = Lease {
-                    expires_at: clock::add(self.now(), lease),
+                    expires_at: clock::add(self.now(), *lease),
                     reason: format!("{BURST_LEASE_REASON}: standing in for {KIND}/{node_class}"),
                 };
                 instance.lease = Some(lease.clone());
@@ -719,8 +725,8 @@ impl CloudProvider for SelfManagedProvider {
                 (&s.machine, s.phase == Phase::Free, coming)
             }))
         };
-        if let (Some(burst), Some((r, _))) = (&self.burst, self.policy(&node_class).burst) {
-            match burst.instance_types(&Self::burst_pool(pool, &r)).await {
+        if let (Some(burst), Some((r, _))) = (&self.burst, &self.policy(&node_class).burst) {
+            match burst.instance_types(&Self::burst_pool(pool, r)).await {
                 Ok(cloud) => {
                     for mut it in cloud {
                         if types.iter().any(|t| t.name == it.name) {
@@ -946,10 +952,11 @@ impl CloudProvider for SelfManagedProvider {
                 st.burst.keys().cloned().collect(),
             )
         };
-        let mut out = Vec::new();
-        for i in held {
-            out.extend(self.observe(i).await);
-        }
+        // The BMCs are read side by side, a few at a time: one that does not answer costs its timeout
+        // once, not once per machine behind it.
+        let observed: Vec<Option<Instance>> =
+            stream::iter(held).map(|i| self.observe(i)).buffered(CONCURRENT_BMC_READS).collect().await;
+        let mut out: Vec<Instance> = observed.into_iter().flatten().collect();
         for pid in burst {
             match self.get(&pid).await {
                 Ok(i) => out.push(i),

@@ -16,7 +16,9 @@ use tenon_core::disruption::queue::{Event, Outcome};
 use tenon_core::lifecycle::LEASE_EXPIRES_AT;
 use tenon_core::settings::Settings;
 use tenon_core::sim::{Sim, pod};
-use tenon_self_managed::{InMemoryBmc, MachinePhase, PowerState, ResetType, SelfManagedProvider, parse_node_class};
+use tenon_self_managed::{
+    Bmc, BmcError, BmcTarget, InMemoryBmc, MachinePhase, PowerState, ResetType, SelfManagedProvider, parse_node_class,
+};
 
 const INVENTORY: &str = include_str!("../../examples/self-managed/inventory.yaml");
 const NODE_POOL: &str = include_str!("../../examples/self-managed/nodepool.yaml");
@@ -307,4 +309,58 @@ async fn a_claim_requiring_a_machine_label_gets_a_machine_with_that_label() {
     // A claim that does not ask for a rack takes any free machine.
     let c = provider.create(&claim("d"), &LaunchOptions::default()).await.unwrap();
     assert_eq!(machine(&c).as_deref(), Some("h100-2"));
+}
+
+/// A BMC whose power reads, once armed, wait until `parties` of them are in flight at once.
+#[derive(Debug)]
+struct SideBySide {
+    inner: Arc<InMemoryBmc>,
+    armed: std::sync::atomic::AtomicBool,
+    gate: tokio::sync::Barrier,
+}
+
+#[async_trait::async_trait]
+impl Bmc for SideBySide {
+    async fn power_state(&self, target: &BmcTarget) -> Result<PowerState, BmcError> {
+        if self.armed.load(std::sync::atomic::Ordering::SeqCst) {
+            self.gate.wait().await;
+        }
+        self.inner.power_state(target).await
+    }
+    async fn reset(&self, target: &BmcTarget, reset: ResetType) -> Result<(), BmcError> {
+        self.inner.reset(target, reset).await
+    }
+    async fn set_pxe_boot_once(&self, target: &BmcTarget) -> Result<(), BmcError> {
+        self.inner.set_pxe_boot_once(target).await
+    }
+}
+
+/// Listing reads the machines' BMCs side by side: with reads that only finish once all three are in
+/// flight, a listing that read one BMC after another would never end.
+#[tokio::test(start_paused = true)]
+async fn listing_reads_the_bmcs_side_by_side() {
+    let clock = VirtualClock::at_epoch();
+    let inner = Arc::new(InMemoryBmc::new(clock.clone(), Duration::from_secs(90)));
+    let bmc = Arc::new(SideBySide {
+        inner,
+        armed: std::sync::atomic::AtomicBool::new(false),
+        gate: tokio::sync::Barrier::new(3),
+    });
+    let provider = SelfManagedProvider::builder()
+        .node_class(inventory(3, ""))
+        .credentials("bmc", "admin", "secret")
+        .bmc(bmc.clone())
+        .clock(clock)
+        .build()
+        .unwrap();
+    for name in ["a", "b", "c"] {
+        provider.create(&claim(name), &LaunchOptions::default()).await.unwrap();
+    }
+    bmc.armed.store(true, std::sync::atomic::Ordering::SeqCst);
+    // Paused tokio time moves on by itself once every task waits, so a stuck listing fails at once.
+    let listed = tokio::time::timeout(Duration::from_secs(60), provider.list()).await;
+    let instances = listed.expect("the listing waited on one BMC at a time").unwrap();
+    let mut machines: Vec<_> = instances.iter().filter_map(|i| i.labels.get("tenon.dev/machine").cloned()).collect();
+    machines.sort();
+    assert_eq!(machines, ["h100-0", "h100-1", "h100-2"]);
 }
