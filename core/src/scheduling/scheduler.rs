@@ -638,12 +638,12 @@ impl Scheduler {
         let inverse = self.topology.inverse(pod);
         // 1. Existing nodes.
         for n in 0..self.nodes.len() {
-            if self.try_node(n, pod, cons, &groups, &inverse).is_ok() {
+            if self.node_fits(n, pod, cons, &groups, &inverse) {
                 let node = &mut self.nodes[n];
                 node.available.sub_assign(&pod.requests);
                 node.host_ports.extend(pod.host_ports.iter().cloned());
                 node.pods.push(i);
-                let labels_of = node.info.labels.clone();
+                let labels_of = &node.info.labels;
                 self.topology.record(selecting, &groups, &|k| labels_of.get(k).cloned().map(Landed::Named));
                 return Ok(());
             }
@@ -781,36 +781,31 @@ impl Scheduler {
             .min_by(f64::total_cmp)
     }
 
-    fn try_node(
-        &self,
-        n: usize,
-        pod: &PodInfo,
-        cons: &Constraints,
-        groups: &[usize],
-        inverse: &[usize],
-    ) -> Result<(), String> {
+    /// Whether `pod` fits existing node `n` under `cons`. Most nodes are turned down for resources, so
+    /// the cheap checks come first and nothing is allocated to say why (no caller reads it).
+    fn node_fits(&self, n: usize, pod: &PodInfo, cons: &Constraints, groups: &[usize], inverse: &[usize]) -> bool {
         let node = &self.nodes[n];
-        if !node.accepts_pods {
-            return Err("node does not accept pods".into());
+        if !node.accepts_pods || !pod.requests.fits(&node.available) {
+            return false;
         }
-        if !pod.requests.fits(&node.available) {
-            return Err("insufficient resources".into());
+        if taints::untolerated(&node.info.taints, &pod.tolerations, cons.tolerate_prefer_no_schedule).is_some() {
+            return false;
         }
-        if let Some(t) = taints::untolerated(&node.info.taints, &pod.tolerations, cons.tolerate_prefer_no_schedule) {
-            return Err(format!("taint {}", t.key));
+        if node.info.reqs.compatible(&cons.requirements, false).is_err() {
+            return false;
         }
-        node.info.reqs.compatible(&cons.requirements, false).map_err(|e| e.reason)?;
         if pod.host_ports.iter().any(|p| node.host_ports.iter().any(|q| p.conflicts(q))) {
-            return Err("host port in use".into());
+            return false;
         }
         if !groups.is_empty() || !inverse.is_empty() {
             let labels_of = &node.info.labels;
-            self.topology.check(pod, &cons.requirements, groups, inverse, &|k| match labels_of.get(k) {
+            let domain = |k: &str| match labels_of.get(k) {
                 Some(v) => Domain::Fixed(v.as_str()),
                 None => Domain::Missing,
-            })?;
+            };
+            return self.topology.check(pod, &cons.requirements, groups, inverse, &domain).is_ok();
         }
-        Ok(())
+        true
     }
 
     #[allow(clippy::too_many_arguments)]
