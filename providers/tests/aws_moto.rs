@@ -558,6 +558,58 @@ async fn an_alias_resolves_to_the_eks_image_of_its_version() {
     assert!(status.amis.iter().any(|a| a.id == nvidia && a.nvidia));
 }
 
+/// The names of this test's cluster's launch templates.
+async fn launch_templates(env: &Env) -> std::collections::BTreeSet<String> {
+    let r = env
+        .ec2
+        .describe_launch_templates()
+        .filters(
+            ec2::Filter::builder().name(format!("tag:kubernetes.io/cluster/{}", env.cluster)).values("owned").build(),
+        )
+        .send()
+        .await
+        .unwrap();
+    r.launch_templates().iter().filter_map(|t| t.launch_template_name()).map(str::to_owned).collect()
+}
+
+/// moto: a launch template the class no longer uses (its spec changed) is deleted when the class is
+/// resolved again, and deleting the class deletes the rest; instances launched from them run on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn launch_templates_the_class_no_longer_uses_are_deleted() {
+    let env = Env::new("ltgc").await;
+    let p = env.provider().await;
+    let m5 = |name: &str| env.claim(name, vec![req(labels::INSTANCE_TYPE, &["m5.large"])]);
+    let first = p.create(&m5("a"), &LaunchOptions::default()).await.unwrap();
+    let before = launch_templates(&env).await;
+    assert_eq!(before.len(), 1, "{before:?}");
+
+    // New user data: a new template; the old one goes when the changed class is resolved.
+    let mut nc = env.node_class();
+    nc.spec.user_data = Some("#!/bin/bash\necho changed".into());
+    p.apply_node_class(nc).unwrap();
+    p.create(&m5("b"), &LaunchOptions::default()).await.unwrap();
+    let after = launch_templates(&env).await;
+    assert_eq!(after.len(), 1, "{after:?}");
+    assert!(after.is_disjoint(&before), "the template of the old spec is gone: {before:?} → {after:?}");
+
+    // Re-resolving an unchanged class keeps its template.
+    p.apply_node_class({
+        let mut nc = env.node_class();
+        nc.spec.user_data = Some("#!/bin/bash\necho changed".into());
+        nc
+    })
+    .unwrap();
+    p.resolve_node_class(&env.class_name()).await.unwrap();
+    assert_eq!(launch_templates(&env).await, after);
+
+    // Deleting the class deletes its templates; its instances are not touched.
+    p.delete_node_class(&env.class_name()).await.unwrap();
+    assert!(launch_templates(&env).await.is_empty());
+    let id = first.provider_id.rsplit('/').next().unwrap();
+    let state = env.describe(id).await.state().and_then(|s| s.name()).cloned();
+    assert_eq!(state, Some(ec2::InstanceStateName::Running));
+}
+
 /// moto: drift by NodeClass hash, AMI and subnet.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn drift_follows_the_node_class() {

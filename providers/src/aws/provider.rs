@@ -276,11 +276,49 @@ impl AwsProvider {
         Ok(())
     }
 
-    /// Forgets an `EC2NodeClass`.
-    pub fn delete_node_class(&self, name: &str) {
-        let mut st = self.state();
-        st.classes.remove(name);
-        st.resolved.remove(name);
+    /// Forgets an `EC2NodeClass` and deletes the launch templates this cluster made for it (what a
+    /// finalizer on the class does before it lets the class go). Instances launched from them run on.
+    pub async fn delete_node_class(&self, name: &str) -> Result<(), CloudError> {
+        {
+            let mut st = self.state();
+            st.classes.remove(name);
+            st.resolved.remove(name);
+        }
+        self.delete_launch_templates(name, &BTreeSet::new()).await.map(|_| ())
+    }
+
+    /// Deletes the launch templates this cluster made for node class `class`, except those named in
+    /// `keep`; answers how many went.
+    async fn delete_launch_templates(&self, class: &str, keep: &BTreeSet<String>) -> Result<usize, CloudError> {
+        let mut pages = self
+            .ec2
+            .describe_launch_templates()
+            .filters(filter(&format!("tag:{}", self.cluster_tag()), ["owned"]))
+            .filters(filter(&format!("tag:{TAG_NODE_CLASS}"), [class]))
+            .into_paginator()
+            .send();
+        let mut stale = Vec::new();
+        while let Some(page) = pages.next().await {
+            let resp = page.map_err(|e| sdk_error("DescribeLaunchTemplates", e))?;
+            stale.extend(
+                resp.launch_templates()
+                    .iter()
+                    .filter_map(|t| t.launch_template_name())
+                    .filter(|n| !keep.contains(*n))
+                    .map(str::to_owned),
+            );
+        }
+        for name in &stale {
+            self.state().templates.remove(name);
+            match self.ec2.delete_launch_template().launch_template_name(name).send().await {
+                Ok(_) => {
+                    tracing::info!(launch_template = %name, node_class = class, "deleted an unused launch template")
+                }
+                Err(e) if e.code().is_some_and(|c| c.starts_with("InvalidLaunchTemplateName.NotFound")) => {}
+                Err(e) => return Err(sdk_error(&format!("DeleteLaunchTemplate {name}"), e)),
+            }
+        }
+        Ok(stale.len())
     }
 
     fn class_name<'a>(&self, r: Option<&'a NodeClassRef>, object: &str) -> Result<&'a str, CloudError> {
@@ -319,6 +357,13 @@ impl AwsProvider {
             instance_profile: class.spec.instance_profile.clone().or_else(|| class.spec.role.clone()),
         });
         self.state().resolved.insert(name.to_owned(), ResolvedClass { at: self.now(), status: status.clone() });
+        // A fresh resolution is when templates go stale: a changed spec, AMI, group or profile names a new
+        // one. Those the class would no longer use are deleted; failing to is not the launch's problem.
+        let keep: BTreeSet<String> =
+            status.amis.iter().map(|a| self.launch_template_name(&class, &status, a)).collect();
+        if let Err(e) = self.delete_launch_templates(name, &keep).await {
+            tracing::warn!(node_class = name, error = %e, "could not delete unused launch templates");
+        }
         Ok((class, status))
     }
 
@@ -856,6 +901,16 @@ impl AwsProvider {
         })
     }
 
+    /// The name of the launch template for (NodeClass spec, AMI, security groups, instance profile).
+    fn launch_template_name(&self, class: &EC2NodeClass, status: &EC2NodeClassStatus, ami: &ResolvedAmi) -> String {
+        let sgs: Vec<&str> = status.security_groups.iter().map(|g| g.id.as_str()).collect();
+        let key = serde_json::json!({
+            "cluster": self.settings.cluster_name, "class": class.name(), "hash": class.static_hash(),
+            "ami": ami.id, "sgs": sgs, "profile": status.instance_profile,
+        });
+        format!("tenon/{}/{}", self.settings.cluster_name, tenon_core::api::stable_hash(&key))
+    }
+
     /// The launch template for (NodeClass, AMI, user data, security groups), created when missing.
     async fn ensure_launch_template(
         &self,
@@ -863,13 +918,7 @@ impl AwsProvider {
         status: &EC2NodeClassStatus,
         ami: &ResolvedAmi,
     ) -> Result<String, CloudError> {
-        let sgs: Vec<String> = status.security_groups.iter().map(|g| g.id.clone()).collect();
-        let key = serde_json::json!({
-            "cluster": self.settings.cluster_name, "class": class.name(), "hash": class.static_hash(),
-            "ami": ami.id, "sgs": sgs, "profile": status.instance_profile,
-        });
-        let hash = tenon_core::api::stable_hash(&key);
-        let name = format!("tenon/{}/{hash}", self.settings.cluster_name);
+        let name = self.launch_template_name(class, status, ami);
         if self.state().templates.contains(&name) {
             return Ok(name);
         }
