@@ -313,7 +313,9 @@ impl fmt::Display for NodeClassKind {
 pub struct ProviderDescriptor {
     /// The NodeClass kinds routed to this provider.
     pub node_classes: Vec<NodeClassKind>,
-    /// Label keys this provider defines on every node (treated as well known by the scheduler).
+    /// Label keys of its own this provider puts on nodes (`karpenter.k8s.aws/instance-family`, …), for
+    /// tools and documentation. The scheduler does not need them: it learns which keys each instance type
+    /// defines from the type's labels, and treats a key a type leaves out as absent on that type.
     pub well_known_labels: Vec<String>,
 }
 

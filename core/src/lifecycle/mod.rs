@@ -34,8 +34,10 @@ const BASE_RESOURCES: [&str; 4] = ["cpu", "memory", "pods", "ephemeral-storage"]
 
 /// How often a deleting claim's instance is checked until it is gone.
 const DELETE_POLL: Duration = Duration::from_secs(5);
-/// Back-off after a create error.
+/// The shortest back-off after a create error.
 const CREATE_BACKOFF: Duration = Duration::from_secs(10);
+/// The longest back-off after a create error.
+const CREATE_BACKOFF_MAX: Duration = Duration::from_secs(5 * 60);
 
 /// When to look at a claim again.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -202,6 +204,13 @@ impl Lifecycle {
             .unwrap_or(self.settings.registration_timeout)
     }
 
+    /// When a claim `age` old whose create failed tries again: after as long as it has existed, so the
+    /// waits double (10 s, 10 s, 20 s, 40 s, …, at most 5 minutes) and a failing cloud API is not asked
+    /// every few seconds; never past the launch clock.
+    fn create_backoff(&self, age: Duration) -> Duration {
+        age.clamp(CREATE_BACKOFF, CREATE_BACKOFF_MAX).min(self.settings.launch_timeout.saturating_sub(age))
+    }
+
     fn delete(&self, cluster: &mut dyn Objects, mut claim: NodeClaim, now: Timestamp, why: &str) -> Next {
         tracing::info!(claim = claim.name(), reason = why, "deleting claim");
         if claim.metadata.deletion_timestamp.is_none() {
@@ -299,7 +308,7 @@ impl Lifecycle {
                     self.counters.launch_failures += 1;
                     claim.set_condition(condition_types::LAUNCHED, ConditionStatus::Unknown, &reason, &message, now);
                     cluster.put_claim(claim);
-                    return Ok(Next::After(CREATE_BACKOFF));
+                    return Ok(Next::After(self.create_backoff(age)));
                 }
                 Err(e) => {
                     self.counters.launch_failures += 1;
@@ -312,7 +321,7 @@ impl Lifecycle {
                         now,
                     );
                     cluster.put_claim(claim);
-                    return Ok(Next::After(CREATE_BACKOFF));
+                    return Ok(Next::After(self.create_backoff(age)));
                 }
             }
         }

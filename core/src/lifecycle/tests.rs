@@ -162,6 +162,27 @@ async fn node_class_not_ready_deletes_and_create_errors_keep_the_claim() {
 }
 
 #[tokio::test]
+async fn create_errors_back_off_longer_each_time_but_not_past_the_launch_clock() {
+    let mut w = World::new();
+    w.claim("c1", gpu_reqs(), json!({}));
+    let mut waits = Vec::new();
+    for _ in 0..6 {
+        w.cloud.inject_next(
+            Method::Create,
+            CloudError::Create { reason: "Throttled".into(), message: "slow down".into() },
+        );
+        let Next::After(wait) = w.step("c1").await else { panic!("a failed create is retried") };
+        waits.push(wait.as_secs());
+        w.clock.advance(wait);
+    }
+    assert_eq!(waits, [10, 10, 20, 40, 80, 140], "doubling, and the last wait ends with the 5-minute launch clock");
+    assert_eq!(w.lifecycle.counters.launch_failures, 6);
+    w.settle("c1").await;
+    assert!(w.gone("c1"), "the launch clock ran out");
+    assert_eq!(w.lifecycle.counters.launch_timeouts, 1);
+}
+
+#[tokio::test]
 async fn deferred_launches_requeue_at_the_provider_cadence_but_the_launch_clock_keeps_running() {
     let mut w = World::new();
     w.cloud.defer_launches(100, Duration::from_secs(90), "owned machines are draining");
