@@ -402,16 +402,8 @@ async fn create_fleet_launches_tagged_instances_from_a_launch_template() {
     assert_eq!(described.image_id(), Some(env.ami.as_str()));
 
     // The launch template: named for the cluster, with the NodeClass's settings.
-    let lts = env
-        .ec2
-        .describe_launch_templates()
-        .filters(
-            ec2::Filter::builder().name(format!("tag:kubernetes.io/cluster/{}", env.cluster)).values("owned").build(),
-        )
-        .send()
-        .await
-        .unwrap();
-    let lt = &lts.launch_templates()[0];
+    let lts = launch_templates(&env).await;
+    let lt = &lts[0];
     assert!(lt.launch_template_name().unwrap().starts_with(&format!("tenon/{}/", env.cluster)));
     let v = env
         .ec2
@@ -558,8 +550,8 @@ async fn an_alias_resolves_to_the_eks_image_of_its_version() {
     assert!(status.amis.iter().any(|a| a.id == nvidia && a.nvidia));
 }
 
-/// The names of this test's cluster's launch templates.
-async fn launch_templates(env: &Env) -> std::collections::BTreeSet<String> {
+/// This test's cluster's launch templates.
+async fn launch_templates(env: &Env) -> Vec<ec2::LaunchTemplate> {
     let r = env
         .ec2
         .describe_launch_templates()
@@ -569,7 +561,12 @@ async fn launch_templates(env: &Env) -> std::collections::BTreeSet<String> {
         .send()
         .await
         .unwrap();
-    r.launch_templates().iter().filter_map(|t| t.launch_template_name()).map(str::to_owned).collect()
+    r.launch_templates().to_vec()
+}
+
+/// The names of this test's cluster's launch templates.
+async fn launch_template_names(env: &Env) -> std::collections::BTreeSet<String> {
+    launch_templates(env).await.iter().filter_map(|t| t.launch_template_name()).map(str::to_owned).collect()
 }
 
 /// moto: a launch template the class no longer uses (its spec changed) is deleted when the class is
@@ -580,7 +577,7 @@ async fn launch_templates_the_class_no_longer_uses_are_deleted() {
     let p = env.provider().await;
     let m5 = |name: &str| env.claim(name, vec![req(labels::INSTANCE_TYPE, &["m5.large"])]);
     let first = p.create(&m5("a"), &LaunchOptions::default()).await.unwrap();
-    let before = launch_templates(&env).await;
+    let before = launch_template_names(&env).await;
     assert_eq!(before.len(), 1, "{before:?}");
 
     // New user data: a new template; the old one goes when the changed class is resolved.
@@ -588,7 +585,7 @@ async fn launch_templates_the_class_no_longer_uses_are_deleted() {
     nc.spec.user_data = Some("#!/bin/bash\necho changed".into());
     p.apply_node_class(nc).unwrap();
     p.create(&m5("b"), &LaunchOptions::default()).await.unwrap();
-    let after = launch_templates(&env).await;
+    let after = launch_template_names(&env).await;
     assert_eq!(after.len(), 1, "{after:?}");
     assert!(after.is_disjoint(&before), "the template of the old spec is gone: {before:?} → {after:?}");
 
@@ -600,11 +597,11 @@ async fn launch_templates_the_class_no_longer_uses_are_deleted() {
     })
     .unwrap();
     p.resolve_node_class(&env.class_name()).await.unwrap();
-    assert_eq!(launch_templates(&env).await, after);
+    assert_eq!(launch_template_names(&env).await, after);
 
     // Deleting the class deletes its templates; its instances are not touched.
     p.delete_node_class(&env.class_name()).await.unwrap();
-    assert!(launch_templates(&env).await.is_empty());
+    assert!(launch_template_names(&env).await.is_empty());
     let id = first.provider_id.rsplit('/').next().unwrap();
     let state = env.describe(id).await.state().and_then(|s| s.name()).cloned();
     assert_eq!(state, Some(ec2::InstanceStateName::Running));
