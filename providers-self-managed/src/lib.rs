@@ -20,7 +20,7 @@ mod redfish;
 pub use bmc::{Bmc, BmcError, BmcErrorKind, BmcTarget, InMemoryBmc, PowerState, ResetType};
 pub use inventory::{SelfManagedNodeClass, SelfManagedNodeClassSpec, parse_node_class};
 pub use provider::{
-    BURST_LEASE_REASON, Credentials, MachinePhase, MachineStatus, PROVIDER_ID_SCHEME, PROVIDER_NAME,
+    Adopted, BURST_LEASE_REASON, Credentials, MachinePhase, MachineStatus, PROVIDER_ID_SCHEME, PROVIDER_NAME,
     SelfManagedProvider, SelfManagedProviderBuilder, provider_id,
 };
 pub use redfish::{DEFAULT_REQUEST_TIMEOUT, RedfishClient};

@@ -19,6 +19,7 @@ use tenon_core::cloud::{
     LaunchOptions, Lease, NodeClassKind, Offering, OfferingKey, ProviderDescriptor, RepairPolicy,
     default_repair_policies,
 };
+use tenon_core::lifecycle::{LEASE_EXPIRES_AT, LEASE_REASON};
 use tenon_core::resources::Resources;
 
 use crate::bmc::{Bmc, BmcError, BmcErrorKind, BmcTarget, PowerState, ResetType};
@@ -36,6 +37,15 @@ const CONCURRENT_BMC_READS: usize = 16;
 
 /// The lease reason of a burst node.
 pub const BURST_LEASE_REASON: &str = "owned fleet full";
+
+/// What [`SelfManagedProvider::adopt`] took back.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Adopted {
+    /// Owned machines held again by their claims.
+    pub machines: usize,
+    /// Burst instances known again, with their leases.
+    pub burst: usize,
+}
 
 /// A machine's phase, as [`SelfManagedProvider::machines`] reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -329,6 +339,52 @@ impl SelfManagedProvider {
             }
             _ => false,
         }
+    }
+
+    /// Takes back what `claims` hold, after a restart: which claim holds which machine lives in memory,
+    /// so an operator starting up hands the provider the NodeClaims it finds before anything else runs.
+    /// A launched claim naming a free machine of this provider holds it again, as running (the next read
+    /// of its BMC corrects that: a machine found off is released, and its claim's instance is gone); a
+    /// launched claim on this provider's NodeClass naming a cloud instance is its burst again, under the
+    /// lease its annotations record. Claims already known, not launched, or naming machines this provider
+    /// does not have are left alone.
+    pub fn adopt(&self, claims: &[NodeClaim]) -> Adopted {
+        let now = self.now();
+        let mut adopted = Adopted::default();
+        let mut st = self.state();
+        for claim in claims {
+            let Some(pid) = claim.provider_id() else { continue };
+            let uid = claim.metadata.uid.clone().unwrap_or_else(|| claim.name().to_owned());
+            if pid.starts_with(PROVIDER_ID_SCHEME) {
+                let Some(i) = Self::slot_index(&st, pid) else { continue };
+                let slot = &mut st.slots[i];
+                if slot.phase != Phase::Free {
+                    continue;
+                }
+                tracing::info!(machine = %slot.machine.name, claim = claim.name(), "adopted a held machine");
+                slot.phase = Phase::Held(Hold {
+                    uid,
+                    claim: claim.name().to_owned(),
+                    node_pool: claim.node_pool().map(str::to_owned),
+                    launched_at: claim.metadata.creation_timestamp.as_ref().map_or(now, |t| t.0),
+                    power: Power::Running,
+                });
+                adopted.machines += 1;
+                continue;
+            }
+            let ours = claim.spec.node_class_ref.as_ref().filter(|r| r.group == GROUP && r.kind == KIND);
+            let lease = claim.annotation(LEASE_EXPIRES_AT).and_then(|t| t.parse::<Timestamp>().ok());
+            if let (Some(r), Some(expires_at)) = (ours, lease)
+                && self.burst.is_some()
+                && !st.burst.contains_key(pid)
+            {
+                let reason = claim.annotation(LEASE_REASON).unwrap_or(BURST_LEASE_REASON).to_owned();
+                let hold = BurstHold { uid, node_class: r.name.clone(), lease: Lease { expires_at, reason } };
+                st.burst.insert(pid.to_owned(), hold);
+                adopted.burst += 1;
+            }
+        }
+        adopted
     }
 
     /// Returns a quarantined machine to the pool and forgets its failures; `false` when it is not

@@ -364,3 +364,90 @@ async fn listing_reads_the_bmcs_side_by_side() {
     machines.sort();
     assert_eq!(machines, ["h100-0", "h100-1", "h100-2"]);
 }
+
+/// After a restart the provider knows no claim; the operator hands it the NodeClaims it finds, and the
+/// machines they hold are theirs again (a machine found off is released, and its claim's instance gone).
+#[tokio::test]
+async fn a_restarted_provider_adopts_the_machines_its_claims_hold() {
+    let w = world(4, "");
+    let mut claims = Vec::new();
+    for name in ["a", "b"] {
+        let c = claim(name);
+        let i = w.provider.create(&c, &LaunchOptions::default()).await.unwrap();
+        claims.push(launched(c, &i.provider_id));
+    }
+    w.clock.advance(Duration::from_secs(90));
+    // A claim naming a machine that is off: the restart happened while it was being powered down.
+    claims.push(launched(claim("c"), &tenon_self_managed::provider_id("owned", "h100-3")));
+
+    let restarted = SelfManagedProvider::builder()
+        .node_class(inventory(4, ""))
+        .credentials("bmc", "admin", "secret")
+        .bmc(w.bmc.clone())
+        .clock(w.clock.clone())
+        .build()
+        .unwrap();
+    let pid = |c: &NodeClaim| c.provider_id().unwrap().to_owned();
+    assert!(restarted.get(&pid(&claims[0])).await.unwrap_err().is_not_found(), "nothing is known before adopting");
+
+    let adopted = restarted.adopt(&claims);
+    assert_eq!(adopted, tenon_self_managed::Adopted { machines: 3, burst: 0 });
+    assert_eq!(restarted.adopt(&claims), tenon_self_managed::Adopted::default(), "adopting twice takes nothing");
+    let a = restarted.get(&pid(&claims[0])).await.unwrap();
+    assert_eq!((a.state, a.node_claim.as_deref()), (InstanceState::Running, Some("a")));
+    assert!(restarted.get(&pid(&claims[2])).await.unwrap_err().is_not_found(), "h100-3 is off: released");
+    let mut listed: Vec<_> = restarted.list().await.unwrap().into_iter().map(|i| i.node_claim.unwrap()).collect();
+    listed.sort();
+    assert_eq!(listed, ["a", "b"]);
+    // A new claim gets a machine nobody holds, not one an adopted claim runs on.
+    let d = restarted.create(&claim("d"), &LaunchOptions::default()).await.unwrap();
+    assert!(["h100-2", "h100-3"].contains(&d.labels["tenon.dev/machine"].as_str()), "{:?}", d.labels);
+}
+
+/// A burst instance is known again after a restart with the lease its claim's annotations record.
+#[tokio::test]
+async fn a_restarted_provider_adopts_its_burst_instances_with_their_leases() {
+    let clock = VirtualClock::at_epoch();
+    let bmc = Arc::new(InMemoryBmc::new(clock.clone(), Duration::from_secs(90)));
+    let cloud = Arc::new(
+        FakeCloud::builder()
+            .name("cloud")
+            .node_class("karpenter.k8s.aws", "EC2NodeClass")
+            .catalog(vec![instance_type("p5.48xlarge", 192, 2048, 8, &["us-east-1a"], 98.32, 40.0)])
+            .clock(clock.clone())
+            .build(),
+    );
+    let burst =
+        "  burst:\n    nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: gpu-burst}\n    lease: 30m\n";
+    let build = || {
+        SelfManagedProvider::builder()
+            .node_class(inventory(1, burst))
+            .credentials("bmc", "admin", "secret")
+            .bmc(bmc.clone())
+            .burst(cloud.clone())
+            .clock(clock.clone())
+            .build()
+            .unwrap()
+    };
+    let provider = build();
+    let owned = claim("owned");
+    let i = provider.create(&owned, &LaunchOptions::default()).await.unwrap();
+    let owned = launched(owned, &i.provider_id);
+    let stand_in = claim("stand-in");
+    let b = provider.create(&stand_in, &LaunchOptions::default()).await.unwrap();
+    let lease = b.lease.clone().expect("a burst instance runs under a lease");
+    let mut stand_in = launched(stand_in, &b.provider_id);
+    stand_in.metadata.annotations = Some(
+        [
+            (LEASE_EXPIRES_AT.to_owned(), lease.expires_at.to_string()),
+            (tenon_core::lifecycle::LEASE_REASON.to_owned(), lease.reason.clone()),
+        ]
+        .into(),
+    );
+
+    let restarted = build();
+    assert_eq!(restarted.get(&b.provider_id).await.unwrap().lease, None, "the lease is not known before adopting");
+    let adopted = restarted.adopt(&[owned, stand_in]);
+    assert_eq!(adopted, tenon_self_managed::Adopted { machines: 1, burst: 1 });
+    assert_eq!(restarted.get(&b.provider_id).await.unwrap().lease, Some(lease));
+}
