@@ -99,7 +99,7 @@ pub struct Sim {
     seq: u64,
     /// Disruption events, in order.
     pub events: Vec<(Timestamp, Event)>,
-    /// Nodes rebooting for repair, since when.
+    /// Nodes rebooting for repair, and when each is back.
     rebooted: HashMap<String, Timestamp>,
     /// DaemonSets.
     daemon_sets: Vec<DaemonSet>,
@@ -595,20 +595,18 @@ impl Sim {
                 }
                 match self.provider.reboot(&c).await {
                     Ok(()) => {
-                        self.rebooted.insert(node.clone(), now);
+                        // A reboot takes as long as the instance family takes to boot and register.
+                        let boot = self.kubelet.registration_delay_for(c.label(labels::INSTANCE_TYPE));
+                        self.rebooted.insert(node.clone(), clock::add(now, boot));
                     }
                     Err(_) => self.disruption.repairer.reboot_failed(node),
                 }
             }
             self.events.push((now, e));
         }
-        // A rebooted node comes back (its rebooting taint removed) after two minutes.
-        let back: Vec<String> = self
-            .rebooted
-            .iter()
-            .filter(|(_, t)| clock::since(now, **t) >= Duration::from_secs(120))
-            .map(|(n, _)| n.clone())
-            .collect();
+        // A rebooted node comes back (its rebooting taint removed) once it has booted.
+        let back: Vec<String> =
+            self.rebooted.iter().filter(|(_, back_at)| now >= **back_at).map(|(n, _)| n.clone()).collect();
         for n in back {
             self.rebooted.remove(&n);
             if let Some(node) = self.cluster.nodes.get_mut(&n).map(Arc::make_mut)

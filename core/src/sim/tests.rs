@@ -98,11 +98,23 @@ async fn repair_reboots_transient_faults_and_replaces_fatal_ones() {
     let (mut sim, cloud) = repair_world();
     sim.run(Duration::from_secs(3 * 60), STEP).await;
     let sick = sim.live_claims()[0].name().to_owned();
+    // The node's family boots in five minutes, so its reboot takes that long.
+    let family = sim.cluster.claims[&sick].label(labels::INSTANCE_TYPE).unwrap().split('.').next().unwrap().to_owned();
+    sim.kubelet.registration_delay_by_family.insert(family, Duration::from_secs(5 * 60));
     sicken(&mut sim, &sick, "XID48 detected", 11);
     sim.run(Duration::from_secs(30), STEP).await;
     assert!(cloud.calls().iter().any(|c| matches!(c, crate::cloud::fake::Call::Reboot { claim } if *claim == sick)));
     assert!(sim.events.iter().any(|(_, e)| matches!(e, Event::Reboot { node, .. } if *node == sick)));
     assert!(sim.cluster.claims[&sick].metadata.deletion_timestamp.is_none(), "rebooted, not replaced");
+    let rebooting = |sim: &Sim| {
+        let taints = sim.cluster.nodes[&sick].spec.as_ref().and_then(|s| s.taints.clone()).unwrap_or_default();
+        taints.iter().any(|t| t.key == labels::REBOOTING_TAINT)
+    };
+    assert!(rebooting(&sim));
+    sim.run(Duration::from_secs(4 * 60), STEP).await;
+    assert!(rebooting(&sim), "still booting after four minutes");
+    sim.run(Duration::from_secs(60), STEP).await;
+    assert!(!rebooting(&sim), "back once its family has booted");
 
     let (mut sim, _cloud) = repair_world();
     sim.run(Duration::from_secs(3 * 60), STEP).await;
