@@ -123,6 +123,13 @@ pub trait Objects {
     fn pod_bindings(&self) -> Vec<(String, String)> {
         self.pods().iter().filter_map(pod_binding).collect()
     }
+    /// Calls `f` with the key and node of each binding [`Objects::pod_bindings`] lists, without
+    /// building the list (the pod-events controller reads every binding on every pass).
+    fn for_each_binding(&self, f: &mut dyn FnMut(&str, &str)) {
+        for (pod, node) in self.pod_bindings() {
+            f(&pod, &node);
+        }
+    }
     /// The pods bound to `node` (a field selector on `spec.nodeName` against an API server).
     fn pods_on_node(&self, node: &str) -> Vec<Pod> {
         self.pods().into_iter().filter(|p| pod_node(p) == Some(node)).collect()
@@ -215,6 +222,17 @@ impl Objects for InMemoryCluster {
     }
     fn pod_bindings(&self) -> Vec<(String, String)> {
         self.pods.values().filter_map(|p| pod_binding(p)).collect()
+    }
+    fn for_each_binding(&self, f: &mut dyn FnMut(&str, &str)) {
+        // The map is keyed by `namespace/name`, the key `pod_binding` would build.
+        for (key, pod) in &self.pods {
+            if let Some(node) = pod_node(pod)
+                && !pod_finished(pod)
+                && !owned_by_daemon_set(pod)
+            {
+                f(key, node);
+            }
+        }
     }
     fn pdbs(&self) -> Vec<PodDisruptionBudget> {
         self.pdbs.clone()

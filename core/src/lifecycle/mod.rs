@@ -98,39 +98,47 @@ pub enum LifecycleError {
 /// under them. DaemonSet pods come and go with their node and are not events.
 #[derive(Debug, Default)]
 pub struct PodEvents {
-    bound: HashMap<String, String>,
+    /// Each bound pod's node, and the pass that last saw the binding.
+    bound: HashMap<String, (String, u64)>,
+    pass: u64,
 }
 
 impl PodEvents {
     /// Compares the pods' bindings with the last call and stamps the claims of the nodes that changed.
+    /// Nothing is allocated for a binding that did not change.
     pub fn observe(&mut self, cluster: &mut dyn Objects, now: Timestamp) {
-        let current: HashMap<String, String> = cluster.pod_bindings().into_iter().collect();
-        let mut touched: BTreeSet<&str> = BTreeSet::new();
-        for (pod, node) in &current {
-            match self.bound.get(pod) {
-                Some(old) if old == node => {}
-                Some(old) => {
-                    touched.insert(old);
-                    touched.insert(node);
-                }
-                None => {
-                    touched.insert(node);
-                }
+        self.pass += 1;
+        let pass = self.pass;
+        let mut touched: BTreeSet<String> = BTreeSet::new();
+        let bound = &mut self.bound;
+        cluster.for_each_binding(&mut |pod, node| match bound.get_mut(pod) {
+            Some((old, seen)) if old == node => *seen = pass,
+            Some((old, seen)) => {
+                touched.insert(std::mem::replace(old, node.to_owned()));
+                touched.insert(node.to_owned());
+                *seen = pass;
             }
-        }
-        for (pod, node) in &self.bound {
-            if !current.contains_key(pod) {
-                touched.insert(node);
+            None => {
+                touched.insert(node.to_owned());
+                bound.insert(pod.to_owned(), (node.to_owned(), pass));
             }
-        }
+        });
+        // Bindings not seen this pass are gone (the pod was deleted, evicted or finished).
+        self.bound.retain(|_, (node, seen)| {
+            let kept = *seen == pass;
+            if !kept {
+                touched.insert(std::mem::take(node));
+            }
+            kept
+        });
         if !touched.is_empty() {
             let node_of = |c: &NodeClaim| c.status.as_ref().and_then(|s| s.node_name.clone());
             // A claim is usually named after its node; the others are found in one listing, by the node
             // their status names.
             let mut claims: Vec<NodeClaim> = Vec::new();
             let mut missed: BTreeSet<&str> = BTreeSet::new();
-            for node in touched {
-                match cluster.claim(node).filter(|c| node_of(c).as_deref() == Some(node)) {
+            for node in &touched {
+                match cluster.claim(node).filter(|c| node_of(c).as_deref() == Some(node.as_str())) {
                     Some(c) => claims.push(c),
                     None => {
                         missed.insert(node);
@@ -147,7 +155,6 @@ impl PodEvents {
                 cluster.put_claim(claim);
             }
         }
-        self.bound = current;
     }
 }
 

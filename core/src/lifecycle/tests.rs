@@ -668,4 +668,17 @@ async fn pod_events_stamp_the_claim_of_the_node_they_touch() {
     let left = w.clock.now();
     events.observe(&mut w.cluster, left);
     assert_eq!(stamp(&w), Some(left), "a pod left");
+
+    // A pod bound elsewhere (deleted and recreated under the same name) touches both nodes.
+    running(&mut w, "c2").await;
+    let stamp2 = |w: &World| w.cluster.claims["c2"].status.as_ref().and_then(|s| s.last_pod_event_time);
+    bound_pod(&mut w, "api", "node-c2", json!({}));
+    w.clock.advance(Duration::from_secs(60));
+    events.observe(&mut w.cluster, w.clock.now());
+    assert_eq!(stamp(&w), Some(left), "c1 untouched");
+    bound_pod(&mut w, "api", "node-c1", json!({}));
+    w.clock.advance(Duration::from_secs(60));
+    let moved = w.clock.now();
+    events.observe(&mut w.cluster, moved);
+    assert_eq!((stamp(&w), stamp2(&w)), (Some(moved), Some(moved)), "the node it left and the node it landed on");
 }
