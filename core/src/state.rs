@@ -317,15 +317,14 @@ impl ClusterState {
         for node_ref in &nodes {
             let node = node_ref.object();
             let name = node.metadata.name.clone().unwrap_or_default();
-            let object = format!("Node/{name}");
-            let status = node.status.as_ref();
-            let allocatable =
-                Resources::from_resource_list(&status.and_then(|s| s.allocatable.clone()).unwrap_or_default())
-                    .map_err(|e| StateError::Object {
-                        object: object.clone(),
-                        field: "status.allocatable".into(),
-                        message: e.to_string(),
-                    })?;
+            let allocatable = match node.status.as_ref().and_then(|s| s.allocatable.as_ref()) {
+                Some(list) => Resources::from_resource_list(list).map_err(|e| StateError::Object {
+                    object: format!("Node/{name}"),
+                    field: "status.allocatable".into(),
+                    message: e.to_string(),
+                })?,
+                None => Resources::ZERO,
+            };
             let node_labels = node.metadata.labels.clone().unwrap_or_default();
             let pool = node_labels.get(labels::NODE_POOL).cloned();
             let claim_of_node = claim_for_node.get(name.as_str()).map(|i| claim_objects[*i]);
