@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxHashMap, FxHashSet};
 use std::sync::Arc;
 
 use super::pod::{PodInfo, TopologyKind, TopologyTerm};
@@ -123,7 +123,7 @@ pub(crate) struct Topology {
     /// Indexes into `bound` by node name (shared by clones).
     bound_by_node: Arc<FxHashMap<String, Vec<usize>>>,
     /// Nodes removed from this simulation: their pods no longer count.
-    removed: std::collections::HashSet<String>,
+    removed: FxHashSet<String>,
 }
 
 impl Topology {
@@ -194,10 +194,25 @@ impl Topology {
             any_claim_owner: false,
             tolerations: term.honor_taints.as_deref().map(|t| serde_json::from_str(t).unwrap_or_default()),
         };
-        for b in self.bound.iter().filter(|b| !self.removed.contains(&b.node.name)) {
-            if let Some(d) = b.node.labels.get(&term.key)
+        // A node's pods are next to each other in `bound`: what the group needs of the node (is it still
+        // here, its domain, do its taints count) is looked up once per node, not once per pod.
+        let mut last: Option<(*const BoundNode, Option<&String>)> = None;
+        for b in self.bound.iter() {
+            let node = Arc::as_ptr(&b.node);
+            let domain = match last {
+                Some((n, d)) if n == node => d,
+                _ => {
+                    let d = b
+                        .node
+                        .labels
+                        .get(&term.key)
+                        .filter(|_| !self.removed.contains(&b.node.name) && g.counts_node(&b.node.taints));
+                    last = Some((node, d));
+                    d
+                }
+            };
+            if let Some(d) = domain
                 && g.selects(&b.pod)
-                && g.counts_node(&b.node.taints)
             {
                 *g.counts.entry(d.clone()).or_default() += 1;
                 g.total += 1;
