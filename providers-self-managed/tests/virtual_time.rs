@@ -181,6 +181,37 @@ fn the_examples_parse() {
     assert!(nc.spec.burst.is_some());
 }
 
+/// A cloud to burst to: one p5.48xlarge offering in us-east-1a.
+fn burst_cloud(clock: &Arc<VirtualClock>) -> Arc<FakeCloud> {
+    Arc::new(
+        FakeCloud::builder()
+            .name("cloud")
+            .node_class("karpenter.k8s.aws", "EC2NodeClass")
+            .catalog(vec![instance_type("p5.48xlarge", 192, 2048, 8, &["us-east-1a"], 98.32, 40.0)])
+            .clock(clock.clone())
+            .build(),
+    )
+}
+
+/// A provider over `machines` owned machines that bursts to `cloud` under a 30-minute lease when full.
+fn bursting_provider(
+    machines: usize,
+    clock: &Arc<VirtualClock>,
+    bmc: &Arc<InMemoryBmc>,
+    cloud: &Arc<FakeCloud>,
+) -> SelfManagedProvider {
+    let burst =
+        "  burst:\n    nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: gpu-burst}\n    lease: 30m\n";
+    SelfManagedProvider::builder()
+        .node_class(inventory(machines, burst))
+        .credentials("bmc", "admin", "secret")
+        .bmc(bmc.clone())
+        .burst(cloud.clone())
+        .clock(clock.clone())
+        .build()
+        .unwrap()
+}
+
 /// The whole story in virtual time, with the real controllers (core's simulator) over the provider and an
 /// in-memory BMC, and FakeCloud as the burst cloud: pending GPU pods power machines on, their nodes
 /// register (slowly: 18 minutes, inside the pool's 25-minute registration timeout) and the pods run; a
@@ -191,26 +222,8 @@ async fn owned_machines_serve_pods_burst_to_the_cloud_when_full_and_reclaim_the_
     const STEP: Duration = Duration::from_secs(10);
     let clock = VirtualClock::at_epoch();
     let bmc = Arc::new(InMemoryBmc::new(clock.clone(), Duration::from_secs(90)));
-    let cloud = Arc::new(
-        FakeCloud::builder()
-            .name("cloud")
-            .node_class("karpenter.k8s.aws", "EC2NodeClass")
-            .catalog(vec![instance_type("p5.48xlarge", 192, 2048, 8, &["us-east-1a"], 98.32, 40.0)])
-            .clock(clock.clone())
-            .build(),
-    );
-    let burst =
-        "  burst:\n    nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: gpu-burst}\n    lease: 30m\n";
-    let provider = Arc::new(
-        SelfManagedProvider::builder()
-            .node_class(inventory(2, burst))
-            .credentials("bmc", "admin", "secret")
-            .bmc(bmc.clone())
-            .burst(cloud.clone())
-            .clock(clock.clone())
-            .build()
-            .unwrap(),
-    );
+    let cloud = burst_cloud(&clock);
+    let provider = Arc::new(bursting_provider(2, &clock, &bmc, &cloud));
     let mut pool = NodePool::new("gpu", NodePoolSpec::default());
     pool.spec.template.spec.node_class_ref = Some(common::class_ref("owned"));
     pool.spec.disruption.budgets[0].nodes = "100%".into();
@@ -409,26 +422,8 @@ async fn a_restarted_provider_adopts_the_machines_its_claims_hold() {
 async fn a_restarted_provider_adopts_its_burst_instances_with_their_leases() {
     let clock = VirtualClock::at_epoch();
     let bmc = Arc::new(InMemoryBmc::new(clock.clone(), Duration::from_secs(90)));
-    let cloud = Arc::new(
-        FakeCloud::builder()
-            .name("cloud")
-            .node_class("karpenter.k8s.aws", "EC2NodeClass")
-            .catalog(vec![instance_type("p5.48xlarge", 192, 2048, 8, &["us-east-1a"], 98.32, 40.0)])
-            .clock(clock.clone())
-            .build(),
-    );
-    let burst =
-        "  burst:\n    nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: gpu-burst}\n    lease: 30m\n";
-    let build = || {
-        SelfManagedProvider::builder()
-            .node_class(inventory(1, burst))
-            .credentials("bmc", "admin", "secret")
-            .bmc(bmc.clone())
-            .burst(cloud.clone())
-            .clock(clock.clone())
-            .build()
-            .unwrap()
-    };
+    let cloud = burst_cloud(&clock);
+    let build = || bursting_provider(1, &clock, &bmc, &cloud);
     let provider = build();
     let owned = claim("owned");
     let i = provider.create(&owned, &LaunchOptions::default()).await.unwrap();
