@@ -8,7 +8,8 @@ use tenon_core::sim::scenario::{self, Report, Scenario};
 
 /// Reads a settings file (`--config`, `--compare`) into `key=value` pairs, checked against the settings.
 pub fn settings_file(path: &Path) -> Result<Vec<(String, String)>> {
-    Ok(tenon_core::settings::file_values(path)?)
+    let values = tenon_core::settings::file_values(path)?;
+    Ok(values.into_iter().map(|(key, value)| (key.to_owned(), value)).collect())
 }
 
 /// Prints two runs side by side, with the difference.

@@ -481,8 +481,7 @@ pub fn load(
 
     if let Some(path) = file {
         for (key, value) in file_values(path)? {
-            let spec = spec_for(&key).unwrap_or_else(|| unreachable!("file_values returns known keys"));
-            layered.insert(spec.key, (value, Source::File));
+            layered.insert(key, (value, Source::File));
         }
     }
 
@@ -517,10 +516,11 @@ pub fn load(
     Ok(Loaded { settings, resolved })
 }
 
-/// The settings a file (YAML, TOML or JSON, by its extension) sets, as `(key, value)` pairs in the
-/// file's spelling, each key known and each value in the text form flags take. Lets a caller layer a
+/// The settings a file (YAML, TOML or JSON, by its extension) sets, as `(key, value)` pairs: each key a
+/// known setting's (`max-consolidation-replacements`, whichever spelling the file used) and each value
+/// in the text form flags take. Lets a caller layer a
 /// file where it wants it (the simulator puts `--config` over a scenario's own settings).
-pub fn file_values(path: &Path) -> Result<Vec<(String, String)>, SettingsError> {
+pub fn file_values(path: &Path) -> Result<Vec<(&'static str, String)>, SettingsError> {
     let shown = path.display().to_string();
     let cfg = Config::builder()
         .add_source(File::from(path).required(true))
@@ -531,7 +531,7 @@ pub fn file_values(path: &Path) -> Result<Vec<(String, String)>, SettingsError> 
         .into_iter()
         .map(|(key, value)| {
             let spec = spec_for(&key).ok_or_else(|| err(&key, &shown, "unknown setting"))?;
-            Ok((key, value_text(spec.key, &shown, value)?))
+            Ok((spec.key, value_text(spec.key, &shown, value)?))
         })
         .collect()
 }

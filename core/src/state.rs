@@ -303,10 +303,10 @@ impl ClusterState {
             .map(ObjectRef::object)
             .filter_map(|n| Some((crate::cluster::node_provider_id(n)?, n.metadata.name.as_deref()?)))
             .collect();
-        let claim_objects: Vec<&NodeClaim> = claims.iter().map(ObjectRef::object).collect();
         // Node name → index into `claims`.
-        let claim_for_node: HashMap<&str, usize> = claim_objects
+        let claim_for_node: HashMap<&str, usize> = claims
             .iter()
+            .map(ObjectRef::object)
             .enumerate()
             .filter_map(|(i, c)| {
                 let by_node = c.status.as_ref().and_then(|s| s.node_name.as_deref());
@@ -327,7 +327,7 @@ impl ClusterState {
             };
             let node_labels = node.metadata.labels.clone().unwrap_or_default();
             let pool = node_labels.get(labels::NODE_POOL).cloned();
-            let claim_of_node = claim_for_node.get(name.as_str()).map(|i| claim_objects[*i]);
+            let claim_of_node = claim_for_node.get(name.as_str()).map(|i| claims[*i].object());
             // Until a node is initialized its extended resources (GPUs) may still read zero: plan with
             // what its claim launched.
             let allocatable = match claim_of_node {
@@ -385,7 +385,7 @@ impl ClusterState {
         }
         // Claims whose node has not registered yet are capacity in flight: launched ones with their
         // instance's allocatable, not-yet-launched ones with what they were sized for.
-        let registered: HashSet<&str> = claim_for_node.values().map(|i| claim_objects[*i].name()).collect();
+        let registered: HashSet<&str> = claim_for_node.values().map(|i| claims[*i].object().name()).collect();
         for c_ref in &claims {
             let c = c_ref.object();
             if registered.contains(c.name()) {

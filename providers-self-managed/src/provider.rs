@@ -123,6 +123,23 @@ struct Hold {
     power: Power,
 }
 
+impl Hold {
+    fn new(claim: &NodeClaim, launched_at: Timestamp, power: Power) -> Self {
+        Self {
+            uid: claim_uid(claim),
+            claim: claim.name().to_owned(),
+            node_pool: claim.node_pool().map(str::to_owned),
+            launched_at,
+            power,
+        }
+    }
+}
+
+/// What identifies a claim across retries of its launch: its UID, or its name when it has none.
+fn claim_uid(claim: &NodeClaim) -> String {
+    claim.metadata.uid.clone().unwrap_or_else(|| claim.name().to_owned())
+}
+
 #[derive(Debug, Clone, PartialEq)]
 enum Phase {
     Free,
@@ -354,7 +371,6 @@ impl SelfManagedProvider {
         let mut st = self.state();
         for claim in claims {
             let Some(pid) = claim.provider_id() else { continue };
-            let uid = claim.metadata.uid.clone().unwrap_or_else(|| claim.name().to_owned());
             if pid.starts_with(PROVIDER_ID_SCHEME) {
                 let Some(i) = Self::slot_index(&st, pid) else { continue };
                 let slot = &mut st.slots[i];
@@ -362,13 +378,8 @@ impl SelfManagedProvider {
                     continue;
                 }
                 tracing::info!(machine = %slot.machine.name, claim = claim.name(), "adopted a held machine");
-                slot.phase = Phase::Held(Hold {
-                    uid,
-                    claim: claim.name().to_owned(),
-                    node_pool: claim.node_pool().map(str::to_owned),
-                    launched_at: claim.metadata.creation_timestamp.as_ref().map_or(now, |t| t.0),
-                    power: Power::Running,
-                });
+                let launched_at = claim.metadata.creation_timestamp.as_ref().map_or(now, |t| t.0);
+                slot.phase = Phase::Held(Hold::new(claim, launched_at, Power::Running));
                 adopted.machines += 1;
                 continue;
             }
@@ -379,7 +390,11 @@ impl SelfManagedProvider {
                 && !st.burst.contains_key(pid)
             {
                 let reason = claim.annotation(LEASE_REASON).unwrap_or(BURST_LEASE_REASON).to_owned();
-                let hold = BurstHold { uid, node_class: r.name.clone(), lease: Lease { expires_at, reason } };
+                let hold = BurstHold {
+                    uid: claim_uid(claim),
+                    node_class: r.name.clone(),
+                    lease: Lease { expires_at, reason },
+                };
                 st.burst.insert(pid.to_owned(), hold);
                 adopted.burst += 1;
             }
@@ -647,7 +662,7 @@ impl SelfManagedProvider {
                     reason: format!("{BURST_LEASE_REASON}: standing in for {KIND}/{node_class}"),
                 };
                 instance.lease = Some(lease.clone());
-                let uid = claim.metadata.uid.clone().unwrap_or_else(|| claim.name().to_owned());
+                let uid = claim_uid(claim);
                 self.state()
                     .burst
                     .insert(instance.provider_id.clone(), BurstHold { uid, node_class: node_class.to_owned(), lease });
@@ -726,13 +741,7 @@ impl SelfManagedProvider {
             .map(|(i, _)| *i);
         if let Some(i) = free {
             let slot = &mut st.slots[i];
-            slot.phase = Phase::Held(Hold {
-                uid: uid.to_owned(),
-                claim: claim.name().to_owned(),
-                node_pool: claim.node_pool().map(str::to_owned),
-                launched_at: now,
-                power: Power::Starting { requested_at: now },
-            });
+            slot.phase = Phase::Held(Hold::new(claim, now, Power::Starting { requested_at: now }));
             return Claimed::Machine(i, slot.machine.clone());
         }
         // Machines powering off will be free shortly: "not yet", not a failure.
@@ -805,7 +814,7 @@ impl CloudProvider for SelfManagedProvider {
         let object = format!("NodeClaim/{}", claim.name());
         let node_class = self.node_class_for(claim.spec.node_class_ref.as_ref(), &object)?;
         let policy = self.policy(&node_class);
-        let uid = claim.metadata.uid.clone().unwrap_or_else(|| claim.name().to_owned());
+        let uid = claim_uid(claim);
         let requests = Resources::from_resource_list(&claim.spec.resources.requests)
             .map_err(|e| CloudError::Create { reason: "InvalidRequests".into(), message: format!("{object}: {e}") })?;
         let now = self.now();

@@ -88,6 +88,12 @@ const DEADLINE: Duration = Duration::from_secs(20);
 /// How often the tests ask the emulator again while they wait.
 const POLL_INTERVAL: Duration = Duration::from_millis(150);
 
+/// The one real wait of these tests: the emulator applies power changes in real time, so between two
+/// polls they give it one interval. Every poll loop ends at `DEADLINE`.
+async fn between_polls() {
+    tokio::time::sleep(POLL_INTERVAL).await;
+}
+
 /// Asks `step` until it answers, at most until DEADLINE: the emulator runs in real time, so the tests poll
 /// it the way the provider's callers poll a BMC.
 async fn poll<T>(what: &str, mut step: impl AsyncFnMut() -> Option<T>) -> T {
@@ -97,7 +103,7 @@ async fn poll<T>(what: &str, mut step: impl AsyncFnMut() -> Option<T>) -> T {
             return done;
         }
         assert!(start.elapsed() < DEADLINE, "{what} after {DEADLINE:?}");
-        tokio::time::sleep(POLL_INTERVAL).await;
+        between_polls().await;
     }
 }
 
@@ -144,7 +150,7 @@ impl Harness for EmulatorHarness {
     }
     /// The emulator applies power changes in real time: between the suite's polls, one poll interval.
     async fn settle(&self) {
-        tokio::time::sleep(POLL_INTERVAL).await;
+        between_polls().await;
     }
     /// The suite's polls end at the same deadline as this file's own (`DEADLINE`).
     fn max_polls(&self) -> usize {

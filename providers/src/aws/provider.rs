@@ -284,12 +284,11 @@ impl AwsProvider {
             st.classes.remove(name);
             st.resolved.remove(name);
         }
-        self.delete_launch_templates(name, &BTreeSet::new()).await.map(|_| ())
+        self.delete_launch_templates(name, &BTreeSet::new()).await
     }
 
-    /// Deletes the launch templates this cluster made for node class `class`, except those named in
-    /// `keep`; answers how many went.
-    async fn delete_launch_templates(&self, class: &str, keep: &BTreeSet<String>) -> Result<usize, CloudError> {
+    /// Deletes the launch templates this cluster made for node class `class`, except those named in `keep`.
+    async fn delete_launch_templates(&self, class: &str, keep: &BTreeSet<String>) -> Result<(), CloudError> {
         let mut pages = self
             .ec2
             .describe_launch_templates()
@@ -318,7 +317,7 @@ impl AwsProvider {
                 Err(e) => return Err(sdk_error(&format!("DeleteLaunchTemplate {name}"), e)),
             }
         }
-        Ok(stale.len())
+        Ok(())
     }
 
     fn class_name<'a>(&self, r: Option<&'a NodeClassRef>, object: &str) -> Result<&'a str, CloudError> {
