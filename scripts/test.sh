@@ -4,8 +4,9 @@
 #   scripts/test.sh            all tests, every feature (the AWS provider included)
 #   scripts/test.sh -p NAME    one crate (any cargo test arguments are passed through)
 #
-# The emulator-backed tests talk to peers started here, on 127.0.0.1, from the project's own venv:
-# moto's server for EC2 and SQS, and sushy-tools' Redfish emulator for the self-managed provider.
+# The emulator-backed tests talk to peers started here, on 127.0.0.1: from the project's own venv, moto's
+# server for EC2 and SQS and sushy-tools' Redfish emulator for the self-managed provider; built with Go
+# (cached outside the repo), a Kubernetes control plane with kwok for the operator's API-server tests.
 # Each peer has a script in scripts/peers/ with `start DIR` (prints `export NAME=VALUE` lines naming its
 # endpoint) and `stop DIR`. Every run gets fresh state.
 set -euo pipefail

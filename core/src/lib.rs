@@ -13,9 +13,14 @@
 //! - [`scheduling`]: the scheduling simulation (requirements algebra, taints, topology, DaemonSet
 //!   overhead, packing) shared by provisioning and consolidation;
 //! - [`resources`]: compact resource vectors (millicores, bytes, pods and extended resources);
-//! - [`cluster`]: the port controllers write through (and an in-memory implementation);
+//! - [`cluster`]: the one port between the controllers and Kubernetes: a consistent [`cluster::Snapshot`]
+//!   to read, async fallible writes ([`cluster::Cluster`]), and an API server in memory
+//!   ([`cluster::InMemoryApi`]) with resourceVersions, finalizers and injectable faults;
+//! - [`runtime`]: the controller loop shared by `tenon run` and `tenon simulate`: which controller runs
+//!   when, on a clock, and what a restarted process rebuilds;
 //! - [`clock`]: the clock every controller takes, real or virtual;
-//! - [`sim`]: the controllers in virtual time over a simulated cluster and provider;
+//! - [`sim`]: the simulated world (kube-scheduler, kubelets, DaemonSets, workloads) that drives the
+//!   runtime in virtual time;
 //! - [`settings`]: the operator's settings, layered defaults < file < environment < flags.
 //! - [`state`]: the cluster mirror every decision reads;
 //! - [`disruption`]: the disruption ladder (emptiness, drift, multi- and single-node consolidation) and
@@ -41,6 +46,7 @@ pub mod lifecycle;
 pub mod provisioning;
 pub mod repair;
 pub mod resources;
+pub mod runtime;
 pub mod scheduling;
 pub mod settings;
 pub mod sim;

@@ -90,6 +90,11 @@ impl Nominations {
         self.until.get(pod).filter(|(_, until)| *until > now).map(|(t, _)| t.as_str())
     }
 
+    /// Drops the nominations to `target` (a claim whose create failed).
+    pub fn release(&mut self, target: &str) {
+        self.until.retain(|_, (t, _)| t != target);
+    }
+
     /// Drops nominations that have run out, and those to targets that no longer exist.
     pub fn expire(&mut self, now: Timestamp, exists: impl Fn(&str) -> bool) {
         self.until.retain(|_, (target, until)| *until > now && exists(target));
@@ -214,6 +219,7 @@ pub fn node_claim(plan: &ClaimPlan, pool: &NodePool, name: &str) -> NodeClaim {
     let mut annotations = template.metadata.annotations.clone();
     annotations.insert(labels::NODEPOOL_HASH.to_owned(), pool.template_hash());
     claim.metadata.annotations = Some(annotations);
+    claim.metadata.finalizers = Some(vec![labels::TERMINATION_FINALIZER.to_owned()]);
     claim
 }
 

@@ -262,6 +262,25 @@ impl ClusterState {
         Self::build(objects, now, &mut PodInfoCache::default())
     }
 
+    /// The state of a cluster [`Snapshot`](crate::cluster::Snapshot), sharing its objects (see
+    /// [`ClusterState::from_shared`]).
+    pub fn from_snapshot(
+        snapshot: &crate::cluster::Snapshot,
+        now: Timestamp,
+        cache: &mut PodInfoCache,
+    ) -> Result<Self, StateError> {
+        Self::from_shared(
+            snapshot.pods.values(),
+            snapshot.nodes.values(),
+            snapshot.claims.values(),
+            &snapshot.daemon_sets,
+            &snapshot.pdbs,
+            &snapshot.pools,
+            now,
+            cache,
+        )
+    }
+
     /// As [`ClusterState::from_objects`], from objects shared behind `Arc`s (a watch cache, the
     /// simulator's cluster): the state shares them instead of copying, and reuses from `cache` the
     /// scheduling view of every pod that is the same object as at the last build.

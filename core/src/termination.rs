@@ -6,7 +6,7 @@ use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Pod;
 
 use crate::api::labels;
-use crate::cluster::{Objects, pod_key};
+use crate::cluster::{ApiErrorKind, Cluster, Snapshot, pod_key};
 use crate::scheduling::{Selector, taints};
 
 /// Drain order: non-critical pods before critical ones, and within each, workloads before DaemonSet pods.
@@ -71,38 +71,52 @@ fn do_not_disrupt(pod: &Pod, now: Timestamp) -> bool {
     started.is_none_or(|s| crate::clock::add(s, d) > now)
 }
 
-/// One drain step for `node`. Evicts the pods of the first group that still has any, as far as their
-/// PDBs allow; DaemonSet and critical pods go last. Once `grace_deadline` has passed, whatever is left is
-/// deleted.
-pub fn drain(cluster: &mut dyn Objects, node: &str, grace_deadline: Option<Timestamp>, now: Timestamp) -> DrainStatus {
-    let bound = cluster.pods_on_node(node);
-    let mut on_node: Vec<&Pod> = bound.iter().filter(|p| drainable(p)).collect();
+/// One drain step for `node`, read from `snapshot` and written through `cluster`. Evicts the pods of the
+/// first group that still has any, as far as their PDBs allow; DaemonSet and critical pods go last. Once
+/// `grace_deadline` has passed, whatever is left is deleted. An eviction the API refuses (a PDB's 429, a
+/// failed call) leaves the pod waiting for the next step; a pod already gone counts as drained.
+pub async fn drain(
+    cluster: &dyn Cluster,
+    snapshot: &Snapshot,
+    node: &str,
+    grace_deadline: Option<Timestamp>,
+    now: Timestamp,
+) -> DrainStatus {
+    let mut on_node: Vec<&Pod> = snapshot.pods_on_node(node).map(|p| &**p).filter(|p| drainable(p)).collect();
     let mut status = DrainStatus::default();
     if on_node.is_empty() {
         status.done = true;
         return status;
     }
     if grace_deadline.is_some_and(|d| now >= d) {
+        let mut left = false;
         for p in on_node {
             let key = pod_key(p);
-            cluster.delete_pod(&key);
-            status.forced.push(key);
+            match cluster.delete_pod(&key).await {
+                Ok(()) => status.forced.push(key),
+                Err(e) if e.is_not_found() => {}
+                Err(e) => {
+                    left = true;
+                    status.waiting.push((key, e.to_string()));
+                }
+            }
         }
-        status.done = true;
+        status.done = !left;
         return status;
     }
     on_node.sort_by_key(|p| group(p));
     let first = group(on_node[0]);
     // PDB allowances computed once per step, then spent as pods are evicted.
-    let pdbs = cluster.pdbs();
-    let all = if pdbs.is_empty() { Vec::new() } else { cluster.pods() };
+    let pdbs = &snapshot.pdbs;
     let mut allowed: Vec<(String, Selector, i32)> = pdbs
         .iter()
         .map(|pdb| {
             let ns = pdb.metadata.namespace.clone().unwrap_or_else(|| "default".into());
             let sel = Selector::from_label_selector(pdb.spec.as_ref().and_then(|s| s.selector.as_ref()));
-            let matching: Vec<&Pod> = all
-                .iter()
+            let matching: Vec<&Pod> = snapshot
+                .pods
+                .values()
+                .map(|p| &**p)
                 .filter(|p| {
                     p.metadata.namespace.as_deref().unwrap_or("default") == ns
                         && sel.matches(&p.metadata.labels.clone().unwrap_or_default())
@@ -144,11 +158,19 @@ pub fn drain(cluster: &mut dyn Objects, node: &str, grace_deadline: Option<Times
             status.waiting.push((key, format!("a PDB in {} allows no more evictions", allowed[*i].0)));
             continue;
         }
-        for i in blocking {
-            allowed[i].2 -= 1;
+        match cluster.evict_pod(&key).await {
+            Ok(()) => {
+                for i in blocking {
+                    allowed[i].2 -= 1;
+                }
+                status.evicted.push(key);
+            }
+            Err(e) if e.is_not_found() => {}
+            Err(e) if e.kind == ApiErrorKind::TooManyRequests => {
+                status.waiting.push((key, "the eviction API refused: a PodDisruptionBudget allows no more".into()));
+            }
+            Err(e) => status.waiting.push((key, e.to_string())),
         }
-        cluster.evict_pod(&key);
-        status.evicted.push(key);
     }
     status
 }
@@ -164,7 +186,8 @@ fn resolve(value: &k8s_openapi::apimachinery::pkg::util::intstr::IntOrString, to
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cluster::InMemoryCluster;
+    use crate::cluster::InMemoryApi;
+    use crate::cluster::memory::{Fault, Write};
     use serde_json::json;
 
     fn pod(name: &str, extra: serde_json::Value) -> Pod {
@@ -174,58 +197,75 @@ mod tests {
         serde_json::from_value(v).unwrap()
     }
 
-    fn cluster(pods: Vec<Pod>) -> InMemoryCluster {
-        let mut c = InMemoryCluster::default();
+    fn cluster(pods: Vec<Pod>) -> InMemoryApi {
+        let c = InMemoryApi::default();
         for p in pods {
-            c.pods.insert(pod_key(&p), p.into());
+            c.lock().put_pod(p);
         }
         c
+    }
+
+    async fn step(c: &InMemoryApi, deadline: Option<Timestamp>, now: Timestamp) -> DrainStatus {
+        drain(c, &c.snapshot(), "n1", deadline, now).await
     }
 
     fn t(s: i64) -> Timestamp {
         Timestamp::from_second(1_767_225_600 + s).unwrap()
     }
 
-    #[test]
-    fn drains_non_critical_pods_first_and_daemons_last() {
+    #[tokio::test]
+    async fn drains_non_critical_pods_first_and_daemons_last() {
         let daemon = json!({"metadata": {"ownerReferences": [{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "d", "uid": "1"}]}});
         let critical = json!({"spec": {"priorityClassName": "system-cluster-critical"}});
-        let mut c = cluster(vec![pod("web", json!({})), pod("agent", daemon), pod("dns", critical)]);
-        assert_eq!(drain(&mut c, "n1", None, t(0)).evicted, ["default/web"]);
-        assert_eq!(drain(&mut c, "n1", None, t(1)).evicted, ["default/agent"]);
-        assert_eq!(drain(&mut c, "n1", None, t(2)).evicted, ["default/dns"]);
-        assert!(drain(&mut c, "n1", None, t(3)).done);
+        let c = cluster(vec![pod("web", json!({})), pod("agent", daemon), pod("dns", critical)]);
+        assert_eq!(step(&c, None, t(0)).await.evicted, ["default/web"]);
+        assert_eq!(step(&c, None, t(1)).await.evicted, ["default/agent"]);
+        assert_eq!(step(&c, None, t(2)).await.evicted, ["default/dns"]);
+        assert!(step(&c, None, t(3)).await.done);
     }
 
-    #[test]
-    fn skips_static_finished_and_tolerating_pods() {
+    #[tokio::test]
+    async fn skips_static_finished_and_tolerating_pods() {
         let static_pod =
             json!({"metadata": {"ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": "n1", "uid": "1"}]}});
         let done = json!({"status": {"phase": "Succeeded"}});
         let tolerant = json!({"spec": {"tolerations": [{"key": labels::DISRUPTED_TAINT, "operator": "Exists"}]}});
-        let mut c = cluster(vec![pod("mirror", static_pod), pod("finished", done), pod("stays", tolerant)]);
-        let s = drain(&mut c, "n1", None, t(0));
+        let c = cluster(vec![pod("mirror", static_pod), pod("finished", done), pod("stays", tolerant)]);
+        let s = step(&c, None, t(0)).await;
         assert!(s.done && s.evicted.is_empty());
     }
 
-    #[test]
-    fn pdbs_and_do_not_disrupt_hold_pods_until_the_grace_period_ends() {
-        let mut c = cluster(vec![
+    #[tokio::test]
+    async fn pdbs_and_do_not_disrupt_hold_pods_until_the_grace_period_ends() {
+        let c = cluster(vec![
             pod("web-1", json!({"metadata": {"labels": {"app": "web"}}})),
             pod("web-2", json!({"metadata": {"labels": {"app": "web"}}})),
             pod("train", json!({"metadata": {"annotations": {labels::DO_NOT_DISRUPT: "true"}}})),
         ]);
-        c.pdbs.push(
+        c.lock().add_pdb(
             serde_json::from_value(json!({"metadata": {"name": "web", "namespace": "default"},
                 "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"app": "web"}}}}))
             .unwrap(),
         );
-        let s = drain(&mut c, "n1", Some(t(600)), t(0));
+        let s = step(&c, Some(t(600)), t(0)).await;
         assert_eq!(s.evicted.len(), 1, "the PDB allows one eviction at a time");
         assert_eq!(s.waiting.len(), 2);
         assert!(!s.done);
-        let s = drain(&mut c, "n1", Some(t(600)), t(600));
+        let s = step(&c, Some(t(600)), t(600)).await;
         assert_eq!(s.forced.len(), 2, "past the termination grace period the rest is deleted");
         assert!(s.done);
+    }
+
+    #[tokio::test]
+    async fn an_eviction_the_api_refuses_waits_and_is_tried_again() {
+        let c = cluster(vec![pod("web", json!({}))]);
+        c.lock().inject(Write::EvictPod, Fault::fail(ApiErrorKind::TooManyRequests), 1);
+        let s = step(&c, None, t(0)).await;
+        assert!(s.evicted.is_empty() && !s.done);
+        assert!(s.waiting[0].1.contains("PodDisruptionBudget"), "{:?}", s.waiting);
+        c.lock().inject(Write::EvictPod, Fault::fail(ApiErrorKind::Unavailable), 1);
+        assert!(step(&c, None, t(1)).await.evicted.is_empty());
+        assert_eq!(step(&c, None, t(2)).await.evicted, ["default/web"]);
+        assert!(step(&c, None, t(3)).await.done);
     }
 }

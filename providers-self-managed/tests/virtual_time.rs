@@ -239,7 +239,7 @@ async fn owned_machines_serve_pods_burst_to_the_cloud_when_full_and_reclaim_the_
     assert!(sim.pending().is_empty(), "{:?}", sim.pending());
     assert_eq!(running(&provider), 2);
     assert_eq!((bmc.power("sys-0"), bmc.power("sys-1")), (PowerState::On, PowerState::On));
-    assert_eq!(sim.lifecycle.counters.registration_timeouts, 0, "the pool's 25m timeout covers the slow boot");
+    assert_eq!(sim.runtime.lifecycle.counters.registration_timeouts, 0, "the pool's 25m timeout covers the slow boot");
     assert!(cloud.instances().is_empty(), "no burst while owned machines are free");
     assert!(sim.live_claims().iter().all(|c| c.label(labels::CAPACITY_TYPE) == Some("reserved")));
 

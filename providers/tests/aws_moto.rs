@@ -901,13 +901,13 @@ async fn a_spot_interruption_from_sqs_replaces_the_node_in_virtual_time() {
     .await;
     sim.run(Duration::from_secs(300), Duration::from_secs(10)).await;
 
-    assert_eq!(sim.lifecycle.counters.interruptions, 1);
-    assert!(!sim.cluster.claims.contains_key(first.name()), "the interrupted claim is gone");
+    assert_eq!(sim.runtime.lifecycle.counters.interruptions, 1);
+    assert!(!sim.api.lock().claims.contains_key(first.name()), "the interrupted claim is gone");
     let state = env.describe(&id).await.state().unwrap().name().cloned();
     assert_eq!(state, Some(ec2::InstanceStateName::Terminated));
     let live = sim.live_claims();
     assert_eq!(live.len(), 1, "one replacement");
-    let replacement = live[0];
+    let replacement = &live[0];
     assert_ne!(replacement.provider_id(), Some(pid.as_str()));
     let same_offering = replacement.label(labels::INSTANCE_TYPE) == Some(itype.as_str())
         && replacement.label(labels::ZONE) == Some(zone.as_str())
@@ -917,6 +917,6 @@ async fn a_spot_interruption_from_sqs_replaces_the_node_in_virtual_time() {
     let listed = provider.list().await.unwrap();
     assert_eq!(listed.len(), 1);
     for c in sim.live_claims() {
-        provider.delete(c).await.unwrap();
+        provider.delete(&c).await.unwrap();
     }
 }

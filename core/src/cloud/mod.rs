@@ -81,6 +81,15 @@ pub trait CloudProvider: Send + Sync + Debug + 'static {
     /// cannot.
     async fn reboot(&self, claim: &NodeClaim) -> Result<(), CloudError>;
 
+    /// Takes back, after a restart, whatever the provider keeps in memory about the claims it serves
+    /// (which machine a claim holds, a burst instance's lease): called with every NodeClaim before the
+    /// first decision, and again until it succeeds. Idempotent. Providers that keep nothing need not
+    /// implement it.
+    async fn adopt(&self, claims: &[NodeClaim]) -> Result<(), CloudError> {
+        let _ = claims;
+        Ok(())
+    }
+
     /// Interruption notices received since the last call (spot interruption warnings, scheduled
     /// maintenance, instances stopping or terminating). Providers without an event source return none.
     async fn interruptions(&self) -> Result<Vec<Interruption>, CloudError> {

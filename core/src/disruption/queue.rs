@@ -17,7 +17,7 @@ use jiff::Timestamp;
 use super::{Command, Decision, Inputs, Method, Simulator, allowances, candidates};
 use crate::api::labels;
 use crate::clock;
-use crate::cluster::{ClaimProgress, Cluster, ClusterError};
+use crate::cluster::{ApiError, ApiErrorKind, ClaimProgress, Cluster, ClusterEvent, EventType, node_has_taint};
 use crate::provisioning::{self, Nominations};
 use crate::scheduling::taints;
 use crate::settings::Settings;
@@ -105,33 +105,40 @@ impl Queue {
         }
     }
 
+    /// The nodes queued commands hold.
+    pub fn marked(&self) -> impl Iterator<Item = &str> {
+        self.marked.iter().map(String::as_str)
+    }
+
     /// Starts a command: taint and record the reason, create replacements, mark for deletion, nominate.
-    /// Anything half-done is undone if a write fails.
+    /// Anything half-done is undone if a write fails: the taints and reasons written are removed and the
+    /// replacements already created are deleted.
     #[allow(clippy::too_many_arguments)]
-    pub fn start(
+    pub async fn start(
         &mut self,
         command: Command,
         state: &ClusterState,
-        cluster: &mut dyn Cluster,
+        cluster: &dyn Cluster,
         nominations: &mut Nominations,
         settings: &Settings,
         now: Timestamp,
         name_for: &mut dyn FnMut(&str) -> String,
-    ) -> Result<(), ClusterError> {
+    ) -> Result<(), ApiError> {
         if let Some(c) = command.candidates.iter().find(|c| self.marked.contains(&c.node)) {
-            return Err(ClusterError::Write {
-                object: c.node.clone(),
-                message: "already in a disruption command".into(),
-            });
+            return Err(ApiError::new(
+                ApiErrorKind::Conflict,
+                format!("Node/{}", c.node),
+                "already in a disruption command",
+            ));
         }
-        let disrupted = taints::taint(labels::DISRUPTED_TAINT, None, "NoSchedule");
         // 1. Taint the candidates and record why.
         for c in &command.candidates {
-            let step = cluster
-                .taint_node(&c.node, disrupted.clone())
-                .and_then(|()| cluster.set_disruption_reason(&c.node_claim, Some(command.reason), now));
-            if let Err(e) = step {
-                self.undo(&command, cluster, now);
+            let step = async {
+                taint(cluster, &c.node).await?;
+                set_reason(cluster, &c.node_claim, Some(command.reason), now).await
+            };
+            if let Err(e) = step.await {
+                self.undo(&command, &[], cluster, now).await;
                 return Err(e);
             }
         }
@@ -140,11 +147,21 @@ impl Queue {
         for r in &command.replacements {
             let Some(pool) = state.pool(&r.plan.pool) else { continue };
             let name = name_for(pool.name());
-            if let Err(e) = cluster.create_claim(provisioning::node_claim(&r.plan, pool, &name)) {
-                self.undo(&command, cluster, now);
+            if let Err(e) = cluster.create_claim(&provisioning::node_claim(&r.plan, pool, &name)).await {
+                // A create whose answer was lost may have landed: it is deleted with the others.
+                if e.kind == ApiErrorKind::Unavailable {
+                    created.push(name);
+                }
+                self.undo(&command, &created, cluster, now).await;
                 return Err(e);
             }
+            let message = format!("Launching NodeClaim: {} replacing {}", command.reason, nodes_of(&command));
+            cluster.publish(ClusterEvent::claim(&name, EventType::Normal, "DisruptionLaunching", message)).await;
             created.push(name);
+        }
+        for c in &command.candidates {
+            let message = format!("Disrupting Node: {}", command.reason);
+            cluster.publish(ClusterEvent::node(&c.node, EventType::Normal, "DisruptionTerminating", message)).await;
         }
         // 3. Mark the candidates for deletion.
         for c in &command.candidates {
@@ -171,21 +188,36 @@ impl Queue {
         Ok(())
     }
 
-    fn undo(&mut self, command: &Command, cluster: &mut dyn Cluster, now: Timestamp) {
+    /// Undoes a command: deletes the replacements it created, removes its taints and reasons, unmarks
+    /// its candidates. Best effort: a write that fails here leaves a taint the next pass's clean-up
+    /// ([`Queue::orphaned`]) removes.
+    async fn undo(&mut self, command: &Command, replacements: &[String], cluster: &dyn Cluster, now: Timestamp) {
+        for r in replacements {
+            match cluster.delete_claim(r).await {
+                Ok(()) => {}
+                Err(e) if e.is_not_found() => {}
+                Err(e) => tracing::warn!(claim = %r, error = %e, "could not delete a replacement while undoing"),
+            }
+        }
         for c in &command.candidates {
-            let _ = cluster.untaint_node(&c.node, labels::DISRUPTED_TAINT);
-            let _ = cluster.set_disruption_reason(&c.node_claim, None, now);
+            if let Err(e) = untaint(cluster, &c.node).await {
+                tracing::warn!(node = %c.node, error = %e, "could not remove the disrupted taint; retried later");
+            }
+            if let Err(e) = set_reason(cluster, &c.node_claim, None, now).await {
+                tracing::warn!(claim = %c.node_claim, error = %e, "could not clear the disruption reason");
+            }
             self.marked.remove(&c.node);
         }
     }
 
     /// Advances every queued command: delete candidates whose replacements all initialized, roll back
     /// those whose replacements vanished or ran out of time.
-    pub fn reconcile(&mut self, cluster: &mut dyn Cluster, now: Timestamp) -> Vec<Outcome> {
+    pub async fn reconcile(&mut self, cluster: &dyn Cluster, now: Timestamp) -> Vec<Outcome> {
         let mut outcomes = Vec::new();
         let items = std::mem::take(&mut self.items);
         for item in items {
-            let progress: Vec<ClaimProgress> = item.replacements.iter().map(|r| cluster.claim_progress(r)).collect();
+            let snapshot = cluster.snapshot();
+            let progress: Vec<ClaimProgress> = item.replacements.iter().map(|r| snapshot.claim_progress(r)).collect();
             let failure = if progress.contains(&ClaimProgress::Missing) {
                 Some("a replacement was deleted before it initialized".to_owned())
             } else if now >= item.deadline && !progress.iter().all(|p| *p == ClaimProgress::Initialized) {
@@ -194,7 +226,8 @@ impl Queue {
                 None
             };
             if let Some(reason) = failure {
-                self.undo(&item.command, cluster, now);
+                // Replacements still booting are left to run: they are ordinary capacity now.
+                self.undo(&item.command, &[], cluster, now).await;
                 self.failures_total += 1;
                 outcomes.push(Outcome::RolledBack {
                     nodes: item.command.candidates.iter().map(|c| c.node.clone()).collect(),
@@ -206,7 +239,12 @@ impl Queue {
                 let claims: Vec<String> = item.command.candidates.iter().map(|c| c.node_claim.clone()).collect();
                 let mut failed = false;
                 for c in &claims {
-                    failed |= cluster.delete_claim(c).is_err();
+                    // A claim already gone is as good as deleted.
+                    match cluster.delete_claim(c).await {
+                        Ok(()) => {}
+                        Err(e) if e.is_not_found() => {}
+                        Err(_) => failed = true,
+                    }
                 }
                 if failed {
                     // Transient: try the deletes again next time.
@@ -223,6 +261,112 @@ impl Queue {
             self.items.push(item);
         }
         outcomes
+    }
+
+    /// Nodes tainted `karpenter.sh/disrupted`, and claims carrying a disruption reason, that no queued
+    /// command holds and that are not being deleted: what a restart, or an undo whose write failed, leaves
+    /// behind. Karpenter removes the same leftovers before every pass.
+    pub fn orphaned(&self, snapshot: &crate::cluster::Snapshot) -> Vec<(String, String)> {
+        let mut out = Vec::new();
+        for claim in snapshot.claims.values() {
+            if claim.metadata.deletion_timestamp.is_some() {
+                continue;
+            }
+            let node_name =
+                claim.status.as_ref().and_then(|s| s.node_name.clone()).unwrap_or_else(|| claim.name().to_owned());
+            if self.marked.contains(&node_name) {
+                continue;
+            }
+            let node = snapshot.node(&node_name).filter(|n| n.metadata.deletion_timestamp.is_none());
+            let tainted = node.is_some_and(|n| node_has_taint(n, labels::DISRUPTED_TAINT));
+            let reason = claim.condition(crate::api::condition_types::DISRUPTION_REASON).is_some();
+            if tainted || reason {
+                out.push((node_name, claim.name().to_owned()));
+            }
+        }
+        out
+    }
+
+    /// Removes the leftovers [`Queue::orphaned`] finds. Returns the nodes cleaned.
+    pub async fn clean_up(&mut self, cluster: &dyn Cluster, now: Timestamp) -> Vec<String> {
+        let mut cleaned = Vec::new();
+        for (node, claim) in self.orphaned(&cluster.snapshot()) {
+            let untainted = untaint(cluster, &node).await;
+            let cleared = set_reason(cluster, &claim, None, now).await;
+            match (untainted, cleared) {
+                (Ok(()), Ok(())) => cleaned.push(node),
+                (Err(e), _) | (_, Err(e)) => tracing::debug!(node = %node, error = %e, "clean-up retried next pass"),
+            }
+        }
+        cleaned
+    }
+}
+
+fn nodes_of(command: &Command) -> String {
+    command.candidates.iter().map(|c| c.node.as_str()).collect::<Vec<_>>().join(", ")
+}
+
+/// Adds the `karpenter.sh/disrupted:NoSchedule` taint to a node (idempotent).
+async fn taint(cluster: &dyn Cluster, node: &str) -> Result<(), ApiError> {
+    let snapshot = cluster.snapshot();
+    let Some(n) = snapshot.node(node) else { return Err(ApiError::not_found(format!("Node/{node}"))) };
+    if node_has_taint(n, labels::DISRUPTED_TAINT) {
+        return Ok(());
+    }
+    let mut n = k8s_openapi::api::core::v1::Node::clone(n);
+    let taints = n.spec.get_or_insert_with(Default::default).taints.get_or_insert_with(Vec::new);
+    taints.push(taints::taint(labels::DISRUPTED_TAINT, None, "NoSchedule"));
+    cluster.patch_node(&n).await.map(|_| ())
+}
+
+/// Removes the disrupted taint from a node (idempotent; a node already gone needs nothing).
+async fn untaint(cluster: &dyn Cluster, node: &str) -> Result<(), ApiError> {
+    let snapshot = cluster.snapshot();
+    let Some(n) = snapshot.node(node).filter(|n| node_has_taint(n, labels::DISRUPTED_TAINT)) else { return Ok(()) };
+    let mut n = k8s_openapi::api::core::v1::Node::clone(n);
+    if let Some(t) = n.spec.as_mut().and_then(|s| s.taints.as_mut()) {
+        t.retain(|t| t.key != labels::DISRUPTED_TAINT);
+    }
+    match cluster.patch_node(&n).await {
+        Ok(_) => Ok(()),
+        Err(e) if e.is_not_found() => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// Sets (or, with `None`, clears) a claim's `DisruptionReason` condition (a claim already gone needs
+/// nothing cleared).
+async fn set_reason(
+    cluster: &dyn Cluster,
+    claim: &str,
+    reason: Option<crate::api::DisruptionReason>,
+    now: Timestamp,
+) -> Result<(), ApiError> {
+    use crate::api::{ConditionStatus, condition_types};
+    let snapshot = cluster.snapshot();
+    let Some(c) = snapshot.claim(claim) else {
+        return match reason {
+            Some(_) => Err(ApiError::not_found(format!("NodeClaim/{claim}"))),
+            None => Ok(()),
+        };
+    };
+    let mut c = crate::api::NodeClaim::clone(c);
+    let before = c.status.clone();
+    match reason {
+        Some(r) => c.set_condition(condition_types::DISRUPTION_REASON, ConditionStatus::True, r.as_str(), "", now),
+        None => {
+            if let Some(st) = c.status.as_mut() {
+                st.conditions.retain(|x| x.type_ != condition_types::DISRUPTION_REASON);
+            }
+        }
+    }
+    if c.status == before {
+        return Ok(());
+    }
+    match cluster.patch_claim_status(&c).await {
+        Ok(_) => Ok(()),
+        Err(e) if e.is_not_found() && reason.is_none() => Ok(()),
+        Err(e) => Err(e),
     }
 }
 
@@ -312,6 +456,11 @@ pub enum Event {
     },
     /// A queued command finished or was undone.
     Finished(Outcome),
+    /// A node's disrupted taint or its claim's reason was left with no command holding it, and removed.
+    CleanedUp {
+        /// The node.
+        node: String,
+    },
     /// Repair asks the executor to reboot a node in place.
     Reboot {
         /// The node.
@@ -361,17 +510,28 @@ impl Controller {
         Self::default()
     }
 
+    /// When the controller next has something to do on its own (a proposal's validation window ending,
+    /// the next pass), if it knows; queued commands also move on changes to their replacements.
+    pub fn next_wake(&self) -> Option<Timestamp> {
+        let ready = self.proposals.first().map(|p| p.ready_at);
+        match (ready, self.next_pass) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
     /// Advances the controller to `inputs.now`. `inputs.state` should already carry the queue's marks
     /// ([`Queue::apply`]).
-    pub fn tick(
+    pub async fn tick(
         &mut self,
         inputs: &Inputs<'_>,
-        cluster: &mut dyn Cluster,
+        cluster: &dyn Cluster,
         nominations: &mut Nominations,
         name_for: &mut dyn FnMut(&str) -> String,
     ) -> Vec<Event> {
         let now = inputs.now;
-        let mut events: Vec<Event> = self.queue.reconcile(cluster, now).into_iter().map(Event::Finished).collect();
+        let mut events: Vec<Event> =
+            self.queue.reconcile(cluster, now).await.into_iter().map(Event::Finished).collect();
         if !self.proposals.is_empty() {
             if now < self.proposals[0].ready_at {
                 return events;
@@ -385,15 +545,11 @@ impl Controller {
                     why = format!("{why}; {}", c.explanation);
                 }
                 match validate(&p.command, p.method, inputs) {
-                    Ok(fresh) => match self.queue.start(
-                        fresh,
-                        inputs.state,
-                        cluster,
-                        nominations,
-                        inputs.settings,
-                        now,
-                        name_for,
-                    ) {
+                    Ok(fresh) => match self
+                        .queue
+                        .start(fresh, inputs.state, cluster, nominations, inputs.settings, now, name_for)
+                        .await
+                    {
                         Ok(()) => events.push(Event::Started { nodes, why }),
                         Err(e) => events.push(Event::Rejected { nodes, reason: e.to_string() }),
                     },
@@ -406,6 +562,10 @@ impl Controller {
             return events;
         }
         self.next_pass = Some(clock::add(now, inputs.settings.disruption_poll_period));
+        // Taints and reasons no command holds (a restart, an undo whose write failed) go first.
+        for node in self.queue.clean_up(cluster, now).await {
+            events.push(Event::CleanedUp { node });
+        }
         // Repair first, when enabled.
         let ready_at = clock::add(now, inputs.settings.command_validation_delay);
         for d in self.repairer.decide(inputs, &self.repair_policies, self.reboot_supported) {
@@ -451,9 +611,9 @@ impl Controller {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::{NodePool, condition_types};
+    use crate::api::{NodeClaim, NodePool, condition_types};
     use crate::cloud::{CapacityType, InstanceType, Offering};
-    use crate::cluster::InMemoryCluster;
+    use crate::cluster::{Cluster, InMemoryApi};
     use crate::resources::{ResourceName, Resources};
     use k8s_openapi::api::core::v1::{Node, Pod};
     use serde_json::json;
@@ -498,12 +658,9 @@ mod tests {
     }
 
     struct World {
-        pods: Vec<Pod>,
-        nodes: Vec<Node>,
-        pools: Vec<NodePool>,
+        api: InMemoryApi,
         types: Vec<InstanceType>,
         settings: Settings,
-        cluster: InMemoryCluster,
         nominations: Nominations,
         controller: Controller,
         seq: usize,
@@ -512,16 +669,22 @@ mod tests {
     impl World {
         fn new() -> Self {
             let (pods, nodes, pools) = objects(json!({}));
+            let api = InMemoryApi::new(t(0));
+            {
+                let mut o = api.lock();
+                o.put_claim(crate::state::infer_claim(&nodes[0], t(0)));
+                for n in nodes {
+                    o.put_node(n);
+                }
+                for p in pods {
+                    o.put_pod(p);
+                }
+                o.set_pools(pools);
+            }
             Self {
-                pods,
-                nodes: nodes.clone(),
-                pools,
+                api,
                 types: catalog(),
                 settings: Settings::default(),
-                cluster: InMemoryCluster {
-                    claims: [("od".to_owned(), crate::state::infer_claim(&nodes[0], t(0)).into())].into(),
-                    ..Default::default()
-                },
                 nominations: Nominations::default(),
                 controller: Controller::new(),
                 seq: 0,
@@ -529,12 +692,24 @@ mod tests {
         }
 
         fn state(&self, now: Timestamp) -> ClusterState {
-            let mut s = ClusterState::from_objects(&self.pods, &self.nodes, &[], &[], &[], &self.pools, now).unwrap();
+            let snap = self.api.snapshot();
+            let mut s = ClusterState::from_shared(
+                snap.pods.values(),
+                snap.nodes.values(),
+                snap.claims.values(),
+                &[],
+                &[],
+                &snap.pools,
+                now,
+                &mut Default::default(),
+            )
+            .unwrap();
             self.controller.queue.apply(&mut s);
             s
         }
 
-        fn tick(&mut self, now: Timestamp) -> Vec<Event> {
+        async fn tick(&mut self, now: Timestamp) -> Vec<Event> {
+            self.api.set_now(now);
             let state = self.state(now);
             let types = self.types.clone();
             let types_for = move |_: &NodePool| types.clone();
@@ -544,7 +719,7 @@ mod tests {
                 *seq += 1;
                 format!("{pool}-r{seq}")
             };
-            self.controller.tick(&inputs, &mut self.cluster, &mut self.nominations, &mut name_for)
+            self.controller.tick(&inputs, &self.api, &mut self.nominations, &mut name_for).await
         }
 
         fn provision(&mut self, nominations: &mut Nominations, now: Timestamp) -> usize {
@@ -553,105 +728,208 @@ mod tests {
             let types_for = move |_: &NodePool| types.clone();
             provisioning::schedule(&state, &types_for, nominations, &self.settings, now).claims.len()
         }
+
+        fn log(&self) -> Vec<String> {
+            self.api.lock().log.clone()
+        }
+
+        fn tainted(&self, node: &str) -> bool {
+            node_has_taint(&self.api.snapshot().nodes[node], labels::DISRUPTED_TAINT)
+        }
+
+        fn reason(&self, claim: &str) -> bool {
+            self.api.snapshot().claims[claim].condition(condition_types::DISRUPTION_REASON).is_some()
+        }
+
+        fn initialize(&self, claim: &str, now: Timestamp) {
+            self.api.lock().update_claim(claim, |c| {
+                c.set_condition(
+                    condition_types::INITIALIZED,
+                    crate::api::ConditionStatus::True,
+                    "Initialized",
+                    "",
+                    now,
+                );
+            });
+        }
     }
 
-    #[test]
-    fn a_command_waits_for_validation_then_replaces_before_it_deletes() {
+    #[tokio::test]
+    async fn a_command_waits_for_validation_then_replaces_before_it_deletes() {
         let mut w = World::new();
-        let events = w.tick(t(0));
+        let events = w.tick(t(0)).await;
         assert!(matches!(&events[..], [Event::Proposed { method: Method::SingleNodeConsolidation, .. }]), "{events:?}");
-        assert!(w.tick(t(10)).is_empty(), "nothing happens inside the 15 s window");
-        assert!(w.cluster.log.is_empty());
-        let events = w.tick(t(15));
+        assert!(w.tick(t(10)).await.is_empty(), "nothing happens inside the 15 s window");
+        assert!(w.log().is_empty());
+        let events = w.tick(t(15)).await;
         assert!(
             matches!(&events[..], [Event::Started { nodes, why }] if nodes == &["od"] && why.contains("Replace")),
             "{events:?}"
         );
         // The spec's order: taint and reason first, then the replacement.
-        assert_eq!(w.cluster.log, ["taint od karpenter.sh/disrupted", "reason od Underutilized", "create gpu-r1"]);
+        assert_eq!(w.log(), ["patch node od", "patch status od", "create gpu-r1"]);
+        assert!(w.tainted("od") && w.reason("od"));
         assert!(w.controller.queue.is_marked("od"));
         // The pods of the marked node are nominated to the replacement: provisioning buys nothing for them.
         let mut nominations = w.nominations.clone();
         assert_eq!(w.provision(&mut nominations, t(16)), 0, "no double launch");
-        // Had the node been marked deleting before the replacement existed (no nominations yet), the same
-        // provisioning pass would have bought capacity for its pods a second time.
+        // Even a provisioning pass whose snapshot does not show the replacement yet buys nothing: the pods
+        // are nominated to it. Without the nominations that pass would buy for them a second time.
+        let replacement = w.api.lock().remove_claim("gpu-r1").unwrap();
+        let mut nominations = w.nominations.clone();
+        assert_eq!(w.provision(&mut nominations, t(16)), 0, "no double launch on a lagging snapshot");
         assert_eq!(w.provision(&mut Nominations::default(), t(16)), 1);
+        w.api.lock().put_claim(NodeClaim::clone(&replacement));
         // The candidate is only deleted once the replacement is initialized.
-        assert!(w.tick(t(30)).is_empty());
-        assert!(w.cluster.deleted.is_empty());
-        w.cluster.initialize("gpu-r1", t(90));
-        let events = w.tick(t(91));
+        assert!(w.tick(t(30)).await.is_empty());
+        assert!(w.api.lock().deleted.is_empty());
+        w.initialize("gpu-r1", t(90));
+        let events = w.tick(t(91)).await;
         assert_eq!(
             events,
             [Event::Finished(Outcome::Completed { claims: vec!["od".into()], replacements: vec!["gpu-r1".into()] })]
         );
-        assert_eq!(w.cluster.deleted, ["od"]);
+        assert_eq!(w.api.lock().deleted, ["od"]);
         assert_eq!(w.controller.queue.completed_total, 1);
     }
 
-    #[test]
-    fn a_replacement_that_never_initializes_rolls_everything_back() {
+    #[tokio::test]
+    async fn a_replacement_that_never_initializes_rolls_everything_back() {
         let mut w = World::new();
-        w.tick(t(0));
-        w.tick(t(15));
-        assert_eq!(w.cluster.taints["od"].len(), 1);
-        assert!(w.cluster.claims["od"].condition(condition_types::DISRUPTION_REASON).is_some());
-        assert!(w.tick(t(15 + 599)).is_empty(), "the deadline is 10 minutes with one command queued");
-        let events = w.tick(t(15 + 600));
+        w.tick(t(0)).await;
+        w.tick(t(15)).await;
+        assert!(w.tainted("od"));
+        assert!(w.reason("od"));
+        assert!(w.tick(t(15 + 599)).await.is_empty(), "the deadline is 10 minutes with one command queued");
+        let events = w.tick(t(15 + 600)).await;
         assert!(
             matches!(&events[..], [Event::Finished(Outcome::RolledBack { reason, .. })] if reason.contains("in time")),
             "{events:?}"
         );
-        assert!(w.cluster.taints["od"].is_empty(), "untainted");
-        assert!(w.cluster.claims["od"].condition(condition_types::DISRUPTION_REASON).is_none(), "reason cleared");
+        assert!(!w.tainted("od"), "untainted");
+        assert!(!w.reason("od"), "reason cleared");
         assert!(!w.controller.queue.is_marked("od"), "unmarked, so a later pass can re-evaluate it");
         assert_eq!(w.controller.queue.failures_total, 1);
-        assert!(w.cluster.deleted.is_empty(), "the on-demand node stays");
+        assert!(w.api.lock().deleted.is_empty(), "the on-demand node stays");
     }
 
-    #[test]
-    fn replacements_get_their_pools_registration_timeout() {
+    #[tokio::test]
+    async fn replacements_get_their_pools_registration_timeout() {
         let mut w = World::new();
-        w.pools[0].metadata.annotations =
-            Some([(labels::NODECLAIM_REGISTRATION_TIMEOUT.to_owned(), "25m".to_owned())].into());
-        w.tick(t(0));
-        w.tick(t(15));
-        assert!(w.tick(t(15 + 600)).is_empty(), "a slow-booting pool's replacement is not rolled back at 10 minutes");
-        assert!(w.tick(t(15 + 1499)).is_empty());
-        let events = w.tick(t(15 + 1500));
+        {
+            let mut o = w.api.lock();
+            let mut pools = o.pools.to_vec();
+            pools[0].metadata.annotations =
+                Some([(labels::NODECLAIM_REGISTRATION_TIMEOUT.to_owned(), "25m".to_owned())].into());
+            o.set_pools(pools);
+        }
+        w.tick(t(0)).await;
+        w.tick(t(15)).await;
+        assert!(
+            w.tick(t(15 + 600)).await.is_empty(),
+            "a slow-booting pool's replacement is not rolled back at 10 minutes"
+        );
+        assert!(w.tick(t(15 + 1499)).await.is_empty());
+        let events = w.tick(t(15 + 1500)).await;
         assert!(
             matches!(&events[..], [Event::Finished(Outcome::RolledBack { reason, .. })] if reason.contains("in time")),
             "{events:?}"
         );
     }
 
-    #[test]
-    fn a_deleted_replacement_fails_the_command_at_once() {
+    #[tokio::test]
+    async fn a_deleted_replacement_fails_the_command_at_once() {
         let mut w = World::new();
-        w.tick(t(0));
-        w.tick(t(15));
-        w.cluster.claims.remove("gpu-r1");
-        let events = w.tick(t(20));
+        w.tick(t(0)).await;
+        w.tick(t(15)).await;
+        w.api.lock().remove_claim("gpu-r1");
+        let events = w.tick(t(20)).await;
         assert!(
             matches!(&events[..], [Event::Finished(Outcome::RolledBack { reason, .. })] if reason.contains("deleted"))
         );
         assert_eq!(w.controller.queue.failures_total, 1);
     }
 
-    #[test]
-    fn a_stale_command_is_rejected_with_a_reason_and_nothing_is_written() {
+    #[tokio::test]
+    async fn a_stale_command_is_rejected_with_a_reason_and_nothing_is_written() {
         let mut w = World::new();
-        w.tick(t(0));
+        w.tick(t(0)).await;
         // Inside the window, the pod becomes protected.
         let (pods, _, _) = objects(json!({labels::DO_NOT_DISRUPT: "true"}));
-        w.pods = pods;
-        let events = w.tick(t(15));
+        for p in pods {
+            w.api.lock().put_pod(p);
+        }
+        let events = w.tick(t(15)).await;
         assert!(
             matches!(&events[..], [Event::Rejected { reason, .. }] if reason.contains("do-not-disrupt")),
             "{events:?}"
         );
-        assert!(w.cluster.log.is_empty());
+        assert!(w.log().is_empty());
         assert!(!w.controller.queue.is_marked("od"));
+    }
+
+    /// A candidate whose claim is already gone when its replacements initialize counts as deleted: the
+    /// command completes instead of being retried forever.
+    #[tokio::test]
+    async fn a_candidate_already_gone_completes_the_command() {
+        let mut w = World::new();
+        w.tick(t(0)).await;
+        w.tick(t(15)).await;
+        w.initialize("gpu-r1", t(20));
+        // Someone removed the candidate's claim, finalizer and all.
+        w.api.lock().remove_claim("od");
+        let events = w.tick(t(21)).await;
+        assert!(matches!(&events[..], [Event::Finished(Outcome::Completed { .. })]), "{events:?}");
+        assert!(w.controller.queue.is_empty(), "nothing left to retry");
+        assert!(!w.controller.queue.has_marked());
+    }
+
+    /// A replacement create that fails after others succeeded undoes them: the replacements already
+    /// created are deleted, the taint and reason removed.
+    #[tokio::test]
+    async fn a_failed_replacement_create_deletes_the_replacements_already_created() {
+        let mut w = World::new();
+        w.tick(t(0)).await;
+        // A command with two replacements, the second of which fails to create.
+        let state = w.state(t(15));
+        let mut command = w.controller.proposals[0].command.clone();
+        command.replacements.push(command.replacements[0].clone());
+        w.controller.proposals.clear();
+        let first = w.api.lock().log.len();
+        // Let the first create through, fail the second.
+        let mut calls = 0;
+        let mut name_for = |pool: &str| {
+            calls += 1;
+            format!("{pool}-x{calls}")
+        };
+        w.api.lock().fail_object("gpu-x2", ApiErrorKind::Forbidden);
+        let err = w
+            .controller
+            .queue
+            .start(command, &state, &w.api, &mut w.nominations, &w.settings, t(15), &mut name_for)
+            .await
+            .unwrap_err();
+        assert_eq!(err.kind, ApiErrorKind::Forbidden);
+        let log: Vec<String> = w.api.lock().log[first..].to_vec();
+        assert!(log.contains(&"create gpu-x1".to_owned()), "{log:?}");
+        assert!(log.contains(&"delete gpu-x1".to_owned()), "the first replacement is deleted again: {log:?}");
+        assert!(w.api.snapshot().claims["gpu-x1"].metadata.deletion_timestamp.is_some());
+        assert!(!w.tainted("od") && !w.reason("od"), "taint and reason removed");
+        assert!(!w.controller.queue.is_marked("od"));
+    }
+
+    /// A restart forgets the queue: what it had tainted is found and cleaned up before the next pass.
+    #[tokio::test]
+    async fn taints_no_command_holds_are_removed_before_a_pass() {
+        let mut w = World::new();
+        w.tick(t(0)).await;
+        w.tick(t(15)).await;
+        assert!(w.tainted("od") && w.reason("od"));
+        // The process restarts.
+        w.controller = Controller::new();
+        let events = w.tick(t(30)).await;
+        assert!(events.iter().any(|e| matches!(e, Event::CleanedUp { node } if node == "od")), "{events:?}");
+        assert!(!w.tainted("od") && !w.reason("od"));
     }
 
     #[test]

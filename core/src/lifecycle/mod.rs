@@ -2,8 +2,11 @@
 //! and garbage collection in both directions.
 //!
 //! [`Lifecycle::reconcile`] advances one claim as far as it can at `now` and says when to look again;
-//! [`Lifecycle::collect_garbage`] reconciles the claims against what the providers list. Both run over the
-//! [`Objects`] port and the [`ProviderRegistry`], so they are tested in virtual time against `FakeCloud`.
+//! [`Lifecycle::collect_garbage`] reconciles the claims against what the providers list. Both read a
+//! [`Snapshot`] and write through the [`Cluster`] port, whose writes can fail: a failed write leaves the
+//! claim to be reconciled again (the launch cache keeps a lost status write from launching twice), and
+//! only `NotFound` ever means an object or instance is gone. They are tested in virtual time against
+//! `FakeCloud` and the in-memory API.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
@@ -11,13 +14,16 @@ use std::time::Duration;
 
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Node;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 
 use crate::api::{ConditionStatus, NodeClaim, NodeClaimStatus, NodePool, condition_types, labels, parse_duration};
 use crate::clock;
 use crate::cloud::{CapacityType, CloudError, Instance, ProviderRegistry, UnavailableOfferings};
 pub use crate::cloud::{Interruption, InterruptionKind};
-use crate::cluster::{Objects, node_provider_id};
+use crate::cluster::{
+    ApiError, Cluster, ClusterEvent, EventType, Snapshot, node_has_taint, node_provider_id, node_ready, persist_claim,
+    remove_node,
+};
 use crate::disruption::ON_DEMAND_LEASE_EXPIRED;
 use crate::settings::Settings;
 
@@ -82,6 +88,9 @@ pub enum LifecycleError {
     /// No provider serves the claim.
     #[error(transparent)]
     Registry(#[from] crate::cloud::RegistryError),
+    /// A write to the cluster failed; the claim is reconciled again later.
+    #[error(transparent)]
+    Api(#[from] ApiError),
     /// A provider call failed in a way that is retried later.
     #[error("NodeClaim/{claim}: {source}")]
     Provider {
@@ -95,23 +104,26 @@ pub enum LifecycleError {
 /// The pod-events controller: when a pod lands on a node, or leaves it (deleted, evicted, finished), the
 /// node's claim records the time as `status.lastPodEventTime`. A pool's `consolidateAfter` counts from it,
 /// so a node that just took pods (a replacement, a node the scheduler is filling) is not consolidated
-/// under them. DaemonSet pods come and go with their node and are not events.
+/// under them. DaemonSet pods come and go with their node and are not events. A stamp whose write failed
+/// is written again on the next pass.
 #[derive(Debug, Default)]
 pub struct PodEvents {
     /// Each bound pod's node, and the pass that last saw the binding.
     bound: HashMap<String, (String, u64)>,
+    /// Nodes whose claim's stamp did not land, to stamp again.
+    unstamped: BTreeSet<String>,
     pass: u64,
 }
 
 impl PodEvents {
-    /// Compares the pods' bindings with the last call and stamps the claims of the nodes that changed.
-    /// Nothing is allocated for a binding that did not change.
-    pub fn observe(&mut self, cluster: &mut dyn Objects, now: Timestamp) {
+    /// Compares the pods' bindings in `snapshot` with the last call and stamps the claims of the nodes
+    /// that changed. Nothing is allocated for a binding that did not change.
+    pub async fn observe(&mut self, cluster: &dyn Cluster, snapshot: &Snapshot, now: Timestamp) {
         self.pass += 1;
         let pass = self.pass;
-        let mut touched: BTreeSet<String> = BTreeSet::new();
+        let mut touched: BTreeSet<String> = std::mem::take(&mut self.unstamped);
         let bound = &mut self.bound;
-        cluster.for_each_binding(&mut |pod, node| match bound.get_mut(pod) {
+        snapshot.for_each_binding(|pod, node| match bound.get_mut(pod) {
             Some((old, seen)) if old == node => *seen = pass,
             Some((old, seen)) => {
                 touched.insert(std::mem::replace(old, node.to_owned()));
@@ -131,28 +143,39 @@ impl PodEvents {
             }
             kept
         });
-        if !touched.is_empty() {
-            let node_of = |c: &NodeClaim| c.status.as_ref().and_then(|s| s.node_name.clone());
-            // A claim is usually named after its node; the others are found in one listing, by the node
-            // their status names.
-            let mut claims: Vec<NodeClaim> = Vec::new();
-            let mut missed: BTreeSet<&str> = BTreeSet::new();
-            for node in &touched {
-                match cluster.claim(node).filter(|c| node_of(c).as_deref() == Some(node.as_str())) {
-                    Some(c) => claims.push(c),
-                    None => {
-                        missed.insert(node);
-                    }
+        if touched.is_empty() {
+            return;
+        }
+        let node_of = |c: &NodeClaim| c.status.as_ref().and_then(|s| s.node_name.clone());
+        // A claim is usually named after its node; the others are found in one scan, by the node their
+        // status names.
+        let mut claims: Vec<(String, Arc<NodeClaim>)> = Vec::new();
+        let mut missed: BTreeSet<&str> = BTreeSet::new();
+        for node in &touched {
+            match snapshot.claim(node).filter(|c| node_of(c).as_deref() == Some(node.as_str())) {
+                Some(c) => claims.push((node.clone(), c.clone())),
+                None => {
+                    missed.insert(node);
                 }
             }
-            if !missed.is_empty() {
-                claims.extend(
-                    cluster.claims().into_iter().filter(|c| node_of(c).is_some_and(|n| missed.contains(n.as_str()))),
-                );
+        }
+        if !missed.is_empty() {
+            for c in snapshot.claims.values() {
+                if let Some(n) = node_of(c).filter(|n| missed.contains(n.as_str())) {
+                    claims.push((n, c.clone()));
+                }
             }
-            for mut claim in claims {
-                claim.status.get_or_insert_with(Default::default).last_pod_event_time = Some(now);
-                cluster.put_claim(claim);
+        }
+        for (node, claim) in claims {
+            let mut stamped = NodeClaim::clone(&claim);
+            stamped.status.get_or_insert_with(Default::default).last_pod_event_time = Some(now);
+            match cluster.patch_claim_status(&stamped).await {
+                Ok(_) => {}
+                Err(e) if e.is_not_found() => {}
+                Err(e) => {
+                    tracing::debug!(claim = claim.name(), error = %e, "pod event not recorded; retrying");
+                    self.unstamped.insert(node);
+                }
             }
         }
     }
@@ -183,11 +206,25 @@ fn since_condition(claim: &NodeClaim, type_: &str) -> Option<Timestamp> {
     claim.condition(type_).filter(|c| c.status == ConditionStatus::True).and_then(|c| c.last_transition_time)
 }
 
-fn node_ready(node: &Node) -> bool {
-    node.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+/// The claim as last written, and the copy being changed.
+struct Working {
+    base: Arc<NodeClaim>,
+    claim: NodeClaim,
+}
+
+impl Working {
+    fn new(base: Arc<NodeClaim>) -> Self {
+        let claim = NodeClaim::clone(&base);
+        Self { base, claim }
+    }
+
+    /// Writes what changed since the last save.
+    async fn save(&mut self, cluster: &dyn Cluster) -> Result<(), ApiError> {
+        let written = persist_claim(cluster, &self.base, &self.claim).await?;
+        self.claim = NodeClaim::clone(&written);
+        self.base = written;
+        Ok(())
+    }
 }
 
 impl Lifecycle {
@@ -201,6 +238,11 @@ impl Lifecycle {
             drift_checked: HashMap::new(),
             counters: Counters::default(),
         }
+    }
+
+    /// The providers this controller routes claims to.
+    pub fn registry(&self) -> &ProviderRegistry {
+        &self.registry
     }
 
     /// The registration timeout of a pool: its `karpenter.sh/nodeclaim-registration-timeout` annotation,
@@ -218,71 +260,113 @@ impl Lifecycle {
         age.clamp(CREATE_BACKOFF, CREATE_BACKOFF_MAX).min(self.settings.launch_timeout.saturating_sub(age))
     }
 
-    fn delete(&self, cluster: &mut dyn Objects, mut claim: NodeClaim, now: Timestamp, why: &str) -> Next {
-        tracing::info!(claim = claim.name(), reason = why, "deleting claim");
-        if claim.metadata.deletion_timestamp.is_none() {
-            claim.metadata.deletion_timestamp = Some(Time(now));
+    /// Rebuilds the launch cache after a restart: a claim with no provider id whose instance the provider
+    /// lists under the claim's name launched, but its status write was lost. Its next reconcile records
+    /// the instance instead of launching a second one. Returns how many were taken back.
+    pub fn adopt_launches(&mut self, snapshot: &Snapshot, instances: &[Instance]) -> usize {
+        let mut adopted = 0;
+        for i in instances {
+            let Some(claim) = i.node_claim.as_deref().and_then(|n| snapshot.claim(n)) else { continue };
+            if claim.provider_id().is_some() {
+                continue;
+            }
+            let uid = claim.metadata.uid.clone().unwrap_or_else(|| claim.name().to_owned());
+            if let std::collections::hash_map::Entry::Vacant(e) = self.launched.entry(uid) {
+                e.insert(i.clone());
+                adopted += 1;
+            }
         }
-        cluster.put_claim(claim);
-        Next::After(Duration::ZERO)
+        adopted
     }
 
-    /// Advances one claim at `now`.
+    /// Whether the launch cache holds an instance for the claim with `uid`.
+    pub fn has_launched(&self, uid: &str) -> bool {
+        self.launched.contains_key(uid)
+    }
+
+    /// Saves the claim's changes and deletes it (its finalizer holds it for termination).
+    async fn delete(&self, cluster: &dyn Cluster, w: &mut Working, why: &str) -> Result<Next, LifecycleError> {
+        tracing::info!(claim = w.claim.name(), reason = why, "deleting claim");
+        w.save(cluster).await?;
+        match cluster.delete_claim(w.claim.name()).await {
+            Ok(()) => Ok(Next::After(Duration::ZERO)),
+            Err(e) if e.is_not_found() => Ok(Next::Done),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Advances one claim, read from `cluster`'s snapshot, at `now`.
     pub async fn reconcile(
         &mut self,
-        cluster: &mut dyn Objects,
+        cluster: &dyn Cluster,
         name: &str,
-        pools: &[NodePool],
         now: Timestamp,
     ) -> Result<Next, LifecycleError> {
-        let Some(mut claim) = cluster.claim(name) else { return Ok(Next::Done) };
-        let provider = self.registry.for_claim(&claim)?.clone();
-        if claim.metadata.deletion_timestamp.is_some() {
-            return self.finalize(cluster, claim, now).await;
+        let snapshot = cluster.snapshot();
+        let Some(base) = snapshot.claim(name).cloned() else {
+            self.drift_checked.remove(name);
+            return Ok(Next::Done);
+        };
+        let provider = self.registry.for_claim(&base)?.clone();
+        if base.metadata.deletion_timestamp.is_some() {
+            return self.finalize(cluster, &snapshot, NodeClaim::clone(&base), now).await;
         }
-        let pool = claim.node_pool().and_then(|p| pools.iter().find(|x| x.name() == p));
-        let age = created(&claim).map(|c| clock::since(now, c)).unwrap_or_default();
+        let mut w = Working::new(base);
+        // The termination finalizer first: without it a deleted claim would vanish before its instance.
+        let finalizers = w.claim.metadata.finalizers.get_or_insert_with(Vec::new);
+        if !finalizers.iter().any(|f| f == labels::TERMINATION_FINALIZER) {
+            finalizers.push(labels::TERMINATION_FINALIZER.into());
+            w.save(cluster).await?;
+        }
+        let pool = w.claim.node_pool().and_then(|p| snapshot.pool(p));
+        let age = created(&w.claim).map(|c| clock::since(now, c)).unwrap_or_default();
 
         // Deleting a node deletes its claim (and the claim's termination drains and releases the node).
-        if let Some(pid) = claim.provider_id()
-            && cluster.node_being_deleted(pid)
+        if let Some(pid) = w.claim.provider_id()
+            && snapshot.node_being_deleted(pid)
         {
-            return Ok(self.delete(cluster, claim, now, "node_deleted"));
+            return self.delete(cluster, &mut w, "node_deleted").await;
         }
 
         // Expiration: forceful, whatever the budgets say.
-        if let Some(expire) = claim.spec.expire_after.duration()
-            && claim.is_true(condition_types::LAUNCHED)
+        let expire_after = w.claim.spec.expire_after.duration();
+        if let Some(expire) = expire_after
+            && w.claim.is_true(condition_types::LAUNCHED)
             && age >= expire
         {
             self.counters.expirations += 1;
-            return Ok(self.delete(cluster, claim, now, "expired"));
+            return self.delete(cluster, &mut w, "expired").await;
         }
 
         // Launch.
-        if !claim.is_true(condition_types::LAUNCHED) {
-            if age >= self.settings.launch_timeout {
+        if !w.claim.is_true(condition_types::LAUNCHED) {
+            let uid = w.claim.metadata.uid.clone().unwrap_or_else(|| w.claim.name().to_owned());
+            // An instance already launched for the claim (its status write was lost) is no timeout.
+            if age >= self.settings.launch_timeout && !self.launched.contains_key(&uid) {
                 self.counters.launch_timeouts += 1;
-                return Ok(self.delete(cluster, claim, now, "launch_timeout"));
+                return self.delete(cluster, &mut w, "launch_timeout").await;
             }
-            let uid = claim.metadata.uid.clone().unwrap_or_else(|| claim.name().to_owned());
             let result = match self.launched.get(&uid) {
                 Some(i) => Ok(i.clone()),
                 None => {
-                    let ignore: Vec<CapacityType> = claim
+                    let ignore: Vec<CapacityType> = w
+                        .claim
                         .annotation(IGNORE_UNAVAILABLE_OFFERINGS)
                         .map(|v| v.split(',').filter_map(|c| CapacityType::parse(c.trim())).collect())
                         .unwrap_or_default();
                     let options = self.unavailable.launch_options(provider.name(), &ignore, now);
-                    provider.create(&claim, &options).await
+                    let launched = provider.create(&w.claim, &options).await;
+                    if launched.is_ok() {
+                        self.counters.launched += 1;
+                    }
+                    launched
                 }
             };
             match result {
                 Ok(instance) => {
                     self.launched.insert(uid, instance.clone());
-                    self.counters.launched += 1;
-                    record_launch(&mut claim, &instance, now);
-                    cluster.put_claim(claim.clone());
+                    record_launch(&mut w.claim, &instance, now);
+                    w.save(cluster).await?;
                 }
                 Err(CloudError::InsufficientCapacity { offerings, message }) => {
                     for o in &offerings {
@@ -290,267 +374,367 @@ impl Lifecycle {
                     }
                     self.counters.launch_failures += 1;
                     tracing::warn!(claim = name, %message, "insufficient capacity");
-                    return Ok(self.delete(cluster, claim, now, "insufficient_capacity"));
+                    cluster
+                        .publish(ClusterEvent::claim(name, EventType::Warning, "InsufficientCapacityError", message))
+                        .await;
+                    return self.delete(cluster, &mut w, "insufficient_capacity").await;
                 }
                 Err(CloudError::NodeClassNotReady(message)) => {
                     self.counters.launch_failures += 1;
                     tracing::warn!(claim = name, %message, "node class not ready");
-                    return Ok(self.delete(cluster, claim, now, "nodeclass_not_ready"));
+                    cluster.publish(ClusterEvent::claim(name, EventType::Warning, "NodeClassNotReady", message)).await;
+                    return self.delete(cluster, &mut w, "nodeclass_not_ready").await;
                 }
                 Err(CloudError::LaunchDeferred { retry_after, reason }) => {
                     self.counters.launch_deferrals += 1;
-                    claim.set_condition(
+                    w.claim.set_condition(
                         condition_types::LAUNCHED,
                         ConditionStatus::Unknown,
                         "LaunchDeferred",
                         &reason,
                         now,
                     );
-                    cluster.put_claim(claim);
+                    w.save(cluster).await?;
                     // The launch clock keeps running from creation.
                     let left = self.settings.launch_timeout.saturating_sub(age);
                     return Ok(Next::After(retry_after.min(left)));
                 }
                 Err(CloudError::Create { reason, message }) => {
                     self.counters.launch_failures += 1;
-                    claim.set_condition(condition_types::LAUNCHED, ConditionStatus::Unknown, &reason, &message, now);
-                    cluster.put_claim(claim);
+                    w.claim.set_condition(condition_types::LAUNCHED, ConditionStatus::Unknown, &reason, &message, now);
+                    cluster.publish(ClusterEvent::claim(name, EventType::Warning, "FailedLaunch", message)).await;
+                    w.save(cluster).await?;
                     return Ok(Next::After(self.create_backoff(age)));
                 }
                 Err(e) => {
                     self.counters.launch_failures += 1;
                     let message: String = e.to_string().chars().take(300).collect();
-                    claim.set_condition(
+                    w.claim.set_condition(
                         condition_types::LAUNCHED,
                         ConditionStatus::Unknown,
                         "LaunchFailed",
                         &message,
                         now,
                     );
-                    cluster.put_claim(claim);
+                    cluster.publish(ClusterEvent::claim(name, EventType::Warning, "FailedLaunch", message)).await;
+                    w.save(cluster).await?;
                     return Ok(Next::After(self.create_backoff(age)));
                 }
             }
         }
 
         // Lease expiry marks the claim drifted, for disruption to reclaim.
-        if let Some(expires) = claim.annotation(LEASE_EXPIRES_AT).and_then(|t| t.parse::<Timestamp>().ok())
+        let lease_expires = w.claim.annotation(LEASE_EXPIRES_AT).and_then(|t| t.parse::<Timestamp>().ok());
+        if let Some(expires) = lease_expires
             && expires <= now
-            && !claim.is_true(condition_types::DRIFTED)
+            && !w.claim.is_true(condition_types::DRIFTED)
         {
-            claim.set_condition(condition_types::DRIFTED, ConditionStatus::True, ON_DEMAND_LEASE_EXPIRED, "", now);
-            cluster.put_claim(claim.clone());
+            w.claim.set_condition(condition_types::DRIFTED, ConditionStatus::True, ON_DEMAND_LEASE_EXPIRED, "", now);
+            w.save(cluster).await?;
         }
 
         // Registration.
-        if !claim.is_true(condition_types::REGISTERED) {
-            let pid = claim.provider_id().unwrap_or_default().to_owned();
-            let nodes: Vec<Node> = cluster.nodes_with_provider_id(&pid);
+        if !w.claim.is_true(condition_types::REGISTERED) {
+            let pid = w.claim.provider_id().unwrap_or_default().to_owned();
+            let nodes: Vec<&Arc<Node>> = snapshot.nodes_with_provider_id(&pid).collect();
             match nodes.as_slice() {
                 [node] => {
-                    let node = register(&mut claim, node.clone(), now);
-                    cluster.put_node(node);
-                    cluster.put_claim(claim.clone());
+                    let node = register(&mut w.claim, Node::clone(node));
+                    cluster.patch_node(&node).await?;
+                    w.claim.set_condition(condition_types::REGISTERED, ConditionStatus::True, "Registered", "", now);
+                    w.save(cluster).await?;
                 }
                 [] => {
                     let timeout = self.registration_timeout(pool);
                     if age >= timeout {
                         self.counters.registration_timeouts += 1;
-                        return Ok(self.delete(cluster, claim, now, "registration_timeout"));
+                        return self.delete(cluster, &mut w, "registration_timeout").await;
                     }
-                    claim.set_condition(condition_types::REGISTERED, ConditionStatus::Unknown, "NodeNotFound", "", now);
-                    cluster.put_claim(claim);
+                    w.claim.set_condition(
+                        condition_types::REGISTERED,
+                        ConditionStatus::Unknown,
+                        "NodeNotFound",
+                        "",
+                        now,
+                    );
+                    w.save(cluster).await?;
                     return Ok(Next::After(timeout - age));
                 }
                 _ => {
-                    claim.set_condition(
+                    w.claim.set_condition(
                         condition_types::REGISTERED,
                         ConditionStatus::False,
                         "MultipleNodesFound",
                         &format!("{} nodes have provider id {pid}", nodes.len()),
                         now,
                     );
-                    cluster.put_claim(claim);
+                    w.save(cluster).await?;
                     return Ok(Next::After(Duration::from_secs(10)));
                 }
             }
         }
 
         // Initialization.
-        if !claim.is_initialized() {
-            let node_name = claim.status.as_ref().and_then(|s| s.node_name.clone()).unwrap_or_default();
-            let node = cluster.node(&node_name);
-            match node.as_ref().map(|n| initialization_blocker(&claim, n)) {
+        if !w.claim.is_initialized() {
+            let node_name = w.claim.status.as_ref().and_then(|s| s.node_name.clone()).unwrap_or_default();
+            // The node as this pass registered it, when the snapshot predates that write.
+            let node = cluster.snapshot().node(&node_name).cloned();
+            match node.as_ref().map(|n| initialization_blocker(&w.claim, n)) {
                 Some(None) => {
-                    if let Some(mut n) = node {
+                    if let Some(n) = node
+                        && n.metadata.labels.as_ref().and_then(|l| l.get(labels::INITIALIZED)).map(String::as_str)
+                            != Some("true")
+                    {
+                        let mut n = Node::clone(&n);
                         n.metadata
                             .labels
                             .get_or_insert_with(BTreeMap::new)
                             .insert(labels::INITIALIZED.into(), "true".into());
-                        cluster.put_node(n);
+                        cluster.patch_node(&n).await?;
                     }
-                    claim.set_condition(condition_types::INITIALIZED, ConditionStatus::True, "Initialized", "", now);
-                    cluster.put_claim(claim.clone());
+                    w.claim.set_condition(condition_types::INITIALIZED, ConditionStatus::True, "Initialized", "", now);
+                    w.save(cluster).await?;
                 }
                 blocker => {
                     let why = blocker.flatten().unwrap_or_else(|| "node not found".into());
                     let mut next = Duration::from_secs(10);
                     if let (Some(limit), Some(registered)) = (
                         self.settings.nodeclaim_initialization_timeout,
-                        since_condition(&claim, condition_types::REGISTERED),
+                        since_condition(&w.claim, condition_types::REGISTERED),
                     ) {
                         let waited = clock::since(now, registered);
                         if waited >= limit {
                             self.counters.initialization_timeouts += 1;
-                            return Ok(self.delete(cluster, claim, now, "initialization_timeout"));
+                            return self.delete(cluster, &mut w, "initialization_timeout").await;
                         }
                         next = next.min(limit - waited);
                     }
-                    claim.set_condition(
+                    w.claim.set_condition(
                         condition_types::INITIALIZED,
                         ConditionStatus::Unknown,
                         "NotInitialized",
                         &why,
                         now,
                     );
-                    cluster.put_claim(claim);
+                    w.save(cluster).await?;
                     return Ok(Next::After(next));
                 }
             }
         }
 
+        // What time alone changes: the lease running out, `expireAfter`.
+        let mut wake: Option<Duration> = None;
+        let mut until = |at: Timestamp| {
+            if at > now {
+                let d = clock::since(at, now);
+                wake = Some(wake.map_or(d, |w: Duration| w.min(d)));
+            }
+        };
+        if let Some(expires) = lease_expires.filter(|_| !w.claim.is_true(condition_types::DRIFTED)) {
+            until(expires);
+        }
+        if let (Some(expire), Some(c)) = (expire_after, created(&w.claim)) {
+            until(clock::add(c, expire));
+        }
+        let later = |d: Duration| Next::After(wake.map_or(d, |w| w.min(d)));
+
         // Provider drift (image, network, NodeClass hash), asked every DRIFT_CHECK_INTERVAL; a failed
         // check is asked again next time.
-        if claim.is_true(condition_types::DRIFTED) {
-            return Ok(Next::Done);
+        if w.claim.is_true(condition_types::DRIFTED) {
+            return Ok(wake.map_or(Next::Done, Next::After));
         }
-        let last = self.drift_checked.get(claim.name()).copied();
+        let last = self.drift_checked.get(w.claim.name()).copied();
         if let Some(t) = last
             && clock::since(now, t) < DRIFT_CHECK_INTERVAL
         {
-            return Ok(Next::After(DRIFT_CHECK_INTERVAL - clock::since(now, t)));
+            return Ok(later(DRIFT_CHECK_INTERVAL - clock::since(now, t)));
         }
-        self.drift_checked.insert(claim.name().to_owned(), now);
-        if let Ok(Some(reason)) = provider.is_drifted(&claim).await {
-            tracing::info!(claim = claim.name(), reason = %reason, "provider reports drift");
-            claim.set_condition(condition_types::DRIFTED, ConditionStatus::True, &reason.0, "", now);
-            cluster.put_claim(claim);
-            return Ok(Next::Done);
+        self.drift_checked.insert(w.claim.name().to_owned(), now);
+        if let Ok(Some(reason)) = provider.is_drifted(&w.claim).await {
+            tracing::info!(claim = w.claim.name(), reason = %reason, "provider reports drift");
+            w.claim.set_condition(condition_types::DRIFTED, ConditionStatus::True, &reason.0, "", now);
+            w.save(cluster).await?;
+            return Ok(wake.map_or(Next::Done, Next::After));
         }
-        Ok(Next::After(DRIFT_CHECK_INTERVAL))
+        Ok(later(DRIFT_CHECK_INTERVAL))
     }
 
     async fn finalize(
         &mut self,
-        cluster: &mut dyn Objects,
-        claim: NodeClaim,
+        cluster: &dyn Cluster,
+        snapshot: &Snapshot,
+        mut claim: NodeClaim,
         now: Timestamp,
     ) -> Result<Next, LifecycleError> {
         self.drift_checked.remove(claim.name());
         let provider = self.registry.for_claim(&claim)?.clone();
-        if let Some(pid) = claim.provider_id() {
+        let uid = claim.metadata.uid.clone().unwrap_or_else(|| claim.name().to_owned());
+        // An instance launched for the claim whose status write was lost is terminated all the same.
+        if claim.provider_id().is_none()
+            && let Some(i) = self.launched.get(&uid)
+        {
+            claim.status.get_or_insert_with(Default::default).provider_id = Some(i.provider_id.clone());
+        }
+        if let Some(pid) = claim.provider_id().map(str::to_owned) {
             // Drain the node first, unless it is NotReady and its instance is already gone.
-            if let Some(mut node) = cluster.nodes_with_provider_id(pid).into_iter().next() {
-                let gone = !node_ready(&node) && provider.get(pid).await.is_err_and(|e| e.is_not_found());
+            if let Some(node) = snapshot.nodes_with_provider_id(&pid).next() {
+                let gone = !node_ready(node) && provider.get(&pid).await.is_err_and(|e| e.is_not_found());
                 if !gone {
-                    let taints = node.spec.get_or_insert_with(Default::default).taints.get_or_insert_with(Vec::new);
-                    if !taints.iter().any(|t| t.key == labels::DISRUPTED_TAINT) {
+                    if !node_has_taint(node, labels::DISRUPTED_TAINT) {
+                        let mut tainted = Node::clone(node);
+                        let taints =
+                            tainted.spec.get_or_insert_with(Default::default).taints.get_or_insert_with(Vec::new);
                         taints.push(crate::scheduling::taints::taint(labels::DISRUPTED_TAINT, None, "NoSchedule"));
-                        cluster.put_node(node.clone());
+                        cluster.patch_node(&tainted).await?;
                     }
                     let deadline = match (&claim.metadata.deletion_timestamp, claim.spec.termination_grace_period) {
                         (Some(t), Some(grace)) => Some(clock::add(t.0, grace.0)),
                         _ => None,
                     };
                     let name = node.metadata.name.clone().unwrap_or_default();
-                    let drained = crate::termination::drain(cluster, &name, deadline, now);
+                    let drained = crate::termination::drain(cluster, snapshot, &name, deadline, now).await;
                     if !drained.done {
                         return Ok(Next::After(Duration::from_secs(1)));
                     }
                     // Volumes detach before the instance goes, unless the grace period is over.
-                    let attached = cluster.volume_attachments(&name);
+                    let attached = snapshot.volume_attachments(&name);
                     if !attached.is_empty() && deadline.is_none_or(|d| now < d) {
                         tracing::debug!(node = %name, ?attached, "waiting for volumes to detach");
                         return Ok(Next::After(Duration::from_secs(1)));
                     }
                 }
             }
-        }
-        if claim.provider_id().is_some() {
             match provider.delete(&claim).await {
                 Ok(()) => return Ok(Next::After(DELETE_POLL)),
                 Err(e) if e.is_not_found() => {}
                 Err(source) => return Err(LifecycleError::Provider { claim: claim.name().to_owned(), source }),
             }
-            let pid = claim.provider_id().unwrap_or_default();
-            for n in cluster.nodes_with_provider_id(pid) {
-                cluster.remove_node(n.metadata.name.as_deref().unwrap_or_default());
+            for n in snapshot.nodes_with_provider_id(&pid) {
+                remove_node(cluster, n).await?;
             }
         }
-        if let Some(uid) = &claim.metadata.uid {
-            self.launched.remove(uid);
+        // The instance is gone: release the claim.
+        let mut released = claim.clone();
+        if let Some(f) = released.metadata.finalizers.as_mut() {
+            f.retain(|f| f != labels::TERMINATION_FINALIZER);
         }
-        cluster.remove_claim(claim.name());
+        match cluster.patch_claim(&released).await {
+            Ok(_) => {}
+            Err(e) if e.is_not_found() => {}
+            Err(e) => return Err(e.into()),
+        }
+        self.launched.remove(&uid);
         Ok(Next::Done)
     }
 
     /// Acts on an interruption: the claim is deleted at once (its node tainted and drained, its pods
     /// provisioned elsewhere), and an interrupted spot offering is marked unavailable. Returns the claim.
-    pub fn interrupt(&mut self, cluster: &mut dyn Objects, event: &Interruption, now: Timestamp) -> Option<String> {
+    pub async fn interrupt(
+        &mut self,
+        cluster: &dyn Cluster,
+        snapshot: &Snapshot,
+        event: &Interruption,
+        now: Timestamp,
+    ) -> Result<Option<String>, ApiError> {
         if event.kind == InterruptionKind::Rebalance {
-            return None;
+            return Ok(None);
         }
-        let claim = cluster.claims().into_iter().find(|c| c.provider_id() == Some(event.provider_id.as_str()))?;
+        let Some(claim) = snapshot.claim_with_provider_id(&event.provider_id) else { return Ok(None) };
+        if claim.metadata.deletion_timestamp.is_some() {
+            return Ok(None);
+        }
         if event.kind == InterruptionKind::SpotInterruption
             && let (Some(it), Some(zone), Ok(provider)) =
-                (claim.label(labels::INSTANCE_TYPE), claim.label(labels::ZONE), self.registry.for_claim(&claim))
+                (claim.label(labels::INSTANCE_TYPE), claim.label(labels::ZONE), self.registry.for_claim(claim))
         {
             let key = crate::cloud::OfferingKey::new(it, zone, CapacityType::Spot);
             self.unavailable.mark(provider.name(), &key, self.settings.unavailable_offerings_ttl, now);
         }
+        tracing::info!(claim = claim.name(), kind = ?event.kind, "interrupted");
+        match cluster.delete_claim(claim.name()).await {
+            Ok(()) => {}
+            Err(e) if e.is_not_found() => return Ok(None),
+            Err(e) => return Err(e),
+        }
         self.counters.interruptions += 1;
-        let name = claim.name().to_owned();
-        self.delete(cluster, claim, now, "interrupted");
-        Some(name)
+        let message = format!("{:?} for instance {}", event.kind, event.provider_id);
+        cluster.publish(ClusterEvent::claim(claim.name(), EventType::Warning, "Interrupted", message)).await;
+        Ok(Some(claim.name().to_owned()))
     }
 
-    /// Reads every provider's interruption notices and acts on them. Returns the claims interrupted.
+    /// Reads every provider's interruption notices and acts on them. Returns the claims interrupted; a
+    /// provider whose notices cannot be read, or a claim whose deletion failed, does not stop the others
+    /// (the first such error is returned after the rest are handled; a notice whose deletion failed is
+    /// acted on again when the provider repeats it or garbage collection finds the instance gone).
     pub async fn poll_interruptions(
         &mut self,
-        cluster: &mut dyn Objects,
+        cluster: &dyn Cluster,
         now: Timestamp,
     ) -> Result<Vec<String>, LifecycleError> {
         let mut hit = Vec::new();
+        let mut first_error = None;
+        let snapshot = cluster.snapshot();
         for provider in self.registry.providers().to_vec() {
-            let events = provider
-                .interruptions()
-                .await
-                .map_err(|source| LifecycleError::Provider { claim: String::new(), source })?;
+            let events = match provider.interruptions().await {
+                Ok(events) => events,
+                Err(source) => {
+                    first_error.get_or_insert(LifecycleError::Provider { claim: String::new(), source });
+                    continue;
+                }
+            };
             for e in events {
-                hit.extend(self.interrupt(cluster, &e, now));
+                match self.interrupt(cluster, &snapshot, &e, now).await {
+                    Ok(claim) => hit.extend(claim),
+                    Err(err) => {
+                        first_error.get_or_insert(err.into());
+                    }
+                }
             }
         }
-        Ok(hit)
+        match first_error {
+            Some(e) => Err(e),
+            None => Ok(hit),
+        }
     }
 
     /// Reconciles claims against what the providers list: claims whose instance vanished (after the
     /// vanished-instance grace, or at once when registered with a node that is not Ready), instances no
     /// claim owns (after the orphan grace), and nodes with neither claim nor instance. Returns what it did.
+    /// Only `NotFound` from a provider means an instance is gone. A claim no provider serves is skipped
+    /// (with a `NodeClassReady=False` condition and an event) and the rest go on; a provider whose list
+    /// fails leaves its claims alone and its error is returned once the others are done.
     pub async fn collect_garbage(
         &mut self,
-        cluster: &mut dyn Objects,
+        cluster: &dyn Cluster,
         now: Timestamp,
     ) -> Result<Vec<String>, LifecycleError> {
         let mut done = Vec::new();
-        let claims = cluster.claims();
-        let claimed: HashSet<String> = claims.iter().filter_map(|c| c.provider_id().map(str::to_owned)).collect();
+        let mut first_error: Option<LifecycleError> = None;
+        let snapshot = cluster.snapshot();
+        let claimed: HashSet<&str> = snapshot.claims.values().filter_map(|c| c.provider_id()).collect();
         let mut listed: HashSet<String> = HashSet::new();
+        let mut unlisted: HashSet<String> = HashSet::new();
         for provider in self.registry.providers().to_vec() {
-            let instances =
-                provider.list().await.map_err(|source| LifecycleError::Provider { claim: String::new(), source })?;
+            let instances = match provider.list().await {
+                Ok(i) => i,
+                Err(source) => {
+                    unlisted.insert(provider.name().to_owned());
+                    first_error.get_or_insert(LifecycleError::Provider { claim: String::new(), source });
+                    continue;
+                }
+            };
+            self.adopt_launches(&snapshot, &instances);
             for i in instances {
                 listed.insert(i.provider_id.clone());
-                if claimed.contains(&i.provider_id) {
+                if claimed.contains(i.provider_id.as_str()) {
+                    continue;
+                }
+                // Launched for a claim whose status write was lost: the launch cache holds it now, and the
+                // claim's next reconcile records it.
+                if let Some(owner) = i.node_claim.as_deref().and_then(|n| snapshot.claim(n))
+                    && owner.provider_id().is_none()
+                    && owner.metadata.deletion_timestamp.is_none()
+                {
                     continue;
                 }
                 // Another cluster's instances are never listed; ours without a claim are leaks.
@@ -559,63 +743,121 @@ impl Lifecycle {
                     stub.status =
                         Some(NodeClaimStatus { provider_id: Some(i.provider_id.clone()), ..Default::default() });
                     match provider.delete(&stub).await {
-                        Ok(()) | Err(CloudError::NotFound(_)) => {}
-                        Err(source) => return Err(LifecycleError::Provider { claim: stub.name().to_owned(), source }),
+                        Ok(()) | Err(CloudError::NotFound(_)) => {
+                            self.counters.orphan_instances += 1;
+                            done.push(format!("terminated orphan instance {}", i.provider_id));
+                        }
+                        Err(source) => {
+                            first_error
+                                .get_or_insert(LifecycleError::Provider { claim: stub.name().to_owned(), source });
+                        }
                     }
-                    self.counters.orphan_instances += 1;
-                    done.push(format!("terminated orphan instance {}", i.provider_id));
                 }
             }
         }
-        let nodes = cluster.nodes();
-        for claim in claims {
+        for claim in snapshot.claims.values() {
             let Some(pid) = claim.provider_id() else { continue };
             if claim.metadata.deletion_timestamp.is_some() || listed.contains(pid) {
                 continue;
             }
-            let provider = self.registry.for_claim(&claim)?.clone();
+            let provider = match self.registry.for_claim(claim) {
+                Ok(p) => p.clone(),
+                Err(e) => {
+                    self.unroutable(cluster, claim, &e, now).await;
+                    continue;
+                }
+            };
+            if unlisted.contains(provider.name()) {
+                continue;
+            }
             match provider.get(pid).await {
                 Err(e) if e.is_not_found() => {}
                 _ => continue,
             }
             let registered = claim.is_true(condition_types::REGISTERED);
-            let node_ready_now = nodes.iter().any(|n| node_provider_id(n) == Some(pid) && node_ready(n));
-            let launched_at = since_condition(&claim, condition_types::LAUNCHED).or_else(|| created(&claim));
+            let node_ready_now = snapshot.nodes_with_provider_id(pid).any(|n| node_ready(n));
+            let launched_at = since_condition(claim, condition_types::LAUNCHED).or_else(|| created(claim));
             let reclaim = if registered {
                 !node_ready_now
             } else {
                 launched_at.is_some_and(|t| clock::since(now, t) >= self.settings.vanished_instance_grace)
             };
             if reclaim {
-                self.counters.vanished += 1;
-                done.push(format!("reclaimed NodeClaim/{}: its instance is gone", claim.name()));
-                self.delete(cluster, claim, now, "instance_vanished");
+                match cluster.delete_claim(claim.name()).await {
+                    Ok(()) => {
+                        self.counters.vanished += 1;
+                        done.push(format!("reclaimed NodeClaim/{}: its instance is gone", claim.name()));
+                    }
+                    Err(e) if e.is_not_found() => {}
+                    Err(e) => {
+                        first_error.get_or_insert(e.into());
+                    }
+                }
             }
         }
         // Nodes that registered after their claim was gone: no owner, no finalizer, no instance.
-        let claimed_now: HashSet<String> =
-            cluster.claims().iter().filter_map(|c| c.provider_id().map(str::to_owned)).collect();
-        for node in cluster.nodes() {
-            let Some(pid) = node_provider_id(&node).map(str::to_owned) else { continue };
+        for node in snapshot.nodes.values() {
+            let Some(pid) = node_provider_id(node) else { continue };
             let managed = node.metadata.labels.as_ref().is_some_and(|l| l.contains_key(labels::NODE_POOL));
             let owned = node.metadata.owner_references.as_ref().is_some_and(|o| !o.is_empty());
-            if !managed || owned || claimed_now.contains(&pid) {
+            if !managed || owned || claimed.contains(pid) {
                 continue;
             }
+            // Gone only when every provider says so: a throttled or refused call proves nothing.
             let mut gone = true;
             for provider in self.registry.providers() {
-                if provider.get(&pid).await.is_ok() {
-                    gone = false;
+                match provider.get(pid).await {
+                    Err(e) if e.is_not_found() => {}
+                    _ => gone = false,
                 }
             }
             if gone {
                 let name = node.metadata.name.clone().unwrap_or_default();
-                cluster.remove_node(&name);
-                self.counters.orphan_nodes += 1;
-                done.push(format!("deleted Node/{name}: no claim owns it and its instance is gone"));
+                match remove_node(cluster, node).await {
+                    Ok(()) => {
+                        self.counters.orphan_nodes += 1;
+                        done.push(format!("deleted Node/{name}: no claim owns it and its instance is gone"));
+                    }
+                    Err(e) => {
+                        first_error.get_or_insert(e.into());
+                    }
+                }
             }
         }
-        Ok(done)
+        match first_error {
+            Some(e) => Err(e),
+            None => Ok(done),
+        }
+    }
+
+    /// Marks a claim no registered provider serves (`NodeClassReady=False`) and says so in an event, once.
+    async fn unroutable(
+        &self,
+        cluster: &dyn Cluster,
+        claim: &Arc<NodeClaim>,
+        error: &crate::cloud::RegistryError,
+        now: Timestamp,
+    ) {
+        let message = error.to_string();
+        let marked = claim.condition(condition_types::NODE_CLASS_READY).is_some_and(|c| {
+            c.status == ConditionStatus::False && c.reason == "NodeClassNotFound" && c.message == message
+        });
+        if marked {
+            return;
+        }
+        tracing::warn!(claim = claim.name(), error = %message, "no provider serves the claim; skipped");
+        let mut w = Working::new(claim.clone());
+        w.claim.set_condition(
+            condition_types::NODE_CLASS_READY,
+            ConditionStatus::False,
+            "NodeClassNotFound",
+            &message,
+            now,
+        );
+        if let Err(e) = w.save(cluster).await {
+            tracing::debug!(claim = claim.name(), error = %e, "could not mark the claim");
+        }
+        cluster.publish(ClusterEvent::claim(claim.name(), EventType::Warning, "NodeClassNotFound", message)).await;
     }
 }
 
@@ -640,7 +882,7 @@ fn record_launch(claim: &mut NodeClaim, i: &Instance, now: Timestamp) {
 
 /// Syncs the claim onto its node: labels, annotations, taints (unless the node opts out), the termination
 /// finalizer and owner reference; removes the unregistered taint and labels the node registered.
-fn register(claim: &mut NodeClaim, mut node: Node, now: Timestamp) -> Node {
+fn register(claim: &mut NodeClaim, mut node: Node) -> Node {
     let meta = &mut node.metadata;
     let node_labels = meta.labels.get_or_insert_with(BTreeMap::new);
     for (k, v) in claim.metadata.labels.iter().flatten() {
@@ -676,7 +918,6 @@ fn register(claim: &mut NodeClaim, mut node: Node, now: Timestamp) -> Node {
     }
     let status = claim.status.get_or_insert_with(Default::default);
     status.node_name = node.metadata.name.clone();
-    claim.set_condition(condition_types::REGISTERED, ConditionStatus::True, "Registered", "", now);
     node
 }
 

@@ -13,15 +13,16 @@ use crate::api::{NodeClaim, NodeClaimSpec, NodePool, NodePoolSpec, NodeSelectorR
 use crate::clock::{Clock, VirtualClock};
 use crate::cloud::fake::{FakeCloud, Method};
 use crate::cloud::{CloudProvider, OfferingKey, ProviderRegistry, UnavailableOfferings};
-use crate::cluster::InMemoryCluster;
+use crate::cluster::{Cluster, InMemoryApi};
 use crate::settings::{self, Settings};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 const MIN: u64 = 60;
 
 struct World {
     clock: Arc<VirtualClock>,
     cloud: Arc<FakeCloud>,
-    cluster: InMemoryCluster,
+    api: InMemoryApi,
     lifecycle: Lifecycle,
     unavailable: Arc<UnavailableOfferings>,
     pools: Vec<NodePool>,
@@ -37,10 +38,12 @@ impl World {
         let unavailable = Arc::new(UnavailableOfferings::new());
         let lifecycle = Lifecycle::new(registry, unavailable.clone(), settings);
         let start = clock.now();
+        let api = InMemoryApi::new(start);
+        api.lock().set_pools(vec![NodePool::new("default", NodePoolSpec::default())]);
         Self {
             clock,
             cloud,
-            cluster: InMemoryCluster::default(),
+            api,
             lifecycle,
             unavailable,
             pools: vec![NodePool::new("default", NodePoolSpec::default())],
@@ -54,6 +57,22 @@ impl World {
 
     fn at(&self, minutes: u64) {
         self.clock.set(clock::add(self.start, Duration::from_secs(minutes * MIN)));
+        self.api.set_now(self.clock.now());
+    }
+
+    /// A claim as the API holds it now.
+    fn claim_(&self, name: &str) -> Arc<NodeClaim> {
+        self.api.snapshot().claims[name].clone()
+    }
+
+    /// A node as the API holds it now.
+    fn node_(&self, name: &str) -> Arc<Node> {
+        self.api.snapshot().nodes[name].clone()
+    }
+
+    fn set_pools(&mut self, pools: Vec<NodePool>) {
+        self.api.lock().set_pools(pools.clone());
+        self.pools = pools;
     }
 
     fn claim(&mut self, name: &str, reqs: Vec<NodeSelectorRequirement>, requests: serde_json::Value) {
@@ -62,13 +81,13 @@ impl World {
         c.metadata.creation_timestamp = Some(Time(self.clock.now()));
         c.metadata.labels = Some([(labels::NODE_POOL.to_owned(), "default".to_owned())].into());
         c.spec.resources.requests = serde_json::from_value(requests).unwrap();
-        self.cluster.put_claim(c);
+        self.api.lock().put_claim(c);
     }
 
     async fn step(&mut self, name: &str) -> Next {
         let now = self.clock.now();
-        let pools = self.pools.clone();
-        self.lifecycle.reconcile(&mut self.cluster, name, &pools, now).await.unwrap()
+        self.api.set_now(now);
+        self.lifecycle.reconcile(&self.api, name, now).await.unwrap()
     }
 
     /// Reconciles until the claim settles (or is gone), as the controller's requeues would at this time.
@@ -82,22 +101,22 @@ impl World {
     }
 
     fn kubelet_registers(&mut self, name: &str, ready: bool, allocatable: serde_json::Value) {
-        let pid = self.cluster.claims[name].provider_id().unwrap().to_owned();
+        let pid = self.claim_(name).provider_id().unwrap().to_owned();
         let node: Node = serde_json::from_value(json!({
             "metadata": {"name": format!("node-{name}")},
             "spec": {"providerID": pid, "taints": [{"key": labels::UNREGISTERED_TAINT, "effect": "NoExecute"}]},
             "status": {"allocatable": allocatable, "conditions": [{"type": "Ready", "status": if ready { "True" } else { "False" }}]}
         }))
         .unwrap();
-        self.cluster.put_node(node);
+        self.api.lock().put_node(node);
     }
 
     fn gone(&self, name: &str) -> bool {
-        !self.cluster.claims.contains_key(name)
+        !self.api.lock().claims.contains_key(name)
     }
 
     fn deleting(&self, name: &str) -> bool {
-        self.cluster.claims.get(name).is_none_or(|c| c.metadata.deletion_timestamp.is_some())
+        self.api.lock().claims.get(name).is_none_or(|c| c.metadata.deletion_timestamp.is_some())
     }
 }
 
@@ -110,7 +129,7 @@ async fn launch_records_the_instance_and_never_launches_twice() {
     let mut w = World::new();
     w.claim("c1", gpu_reqs(), json!({"cpu": "1", "nvidia.com/gpu": "1"}));
     w.step("c1").await;
-    let c = &w.cluster.claims["c1"];
+    let c = &w.claim_("c1");
     assert!(c.is_true(condition_types::LAUNCHED));
     let st = c.status.as_ref().unwrap();
     assert!(st.provider_id.as_deref().unwrap().starts_with("fake://"));
@@ -120,10 +139,10 @@ async fn launch_records_the_instance_and_never_launches_twice() {
     // The status write is lost: the claim comes back unlaunched, and the cache answers.
     let mut lost = NodeClaim::clone(c);
     lost.status = None;
-    w.cluster.put_claim(lost);
+    w.api.lock().put_claim(lost);
     w.step("c1").await;
     assert_eq!(w.cloud.create_calls(), 1, "no second launch");
-    assert!(w.cluster.claims["c1"].is_true(condition_types::LAUNCHED));
+    assert!(w.claim_("c1").is_true(condition_types::LAUNCHED));
 }
 
 #[tokio::test]
@@ -155,10 +174,10 @@ async fn node_class_not_ready_deletes_and_create_errors_keep_the_claim() {
     );
     w.claim("c2", gpu_reqs(), json!({}));
     assert_eq!(w.step("c2").await, Next::After(Duration::from_secs(10)), "backs off");
-    let cond = w.cluster.claims["c2"].condition(condition_types::LAUNCHED).unwrap().clone();
+    let cond = w.claim_("c2").condition(condition_types::LAUNCHED).unwrap().clone();
     assert_eq!((cond.status, cond.reason.as_str()), (ConditionStatus::Unknown, "QuotaExceeded"));
     w.step("c2").await;
-    assert!(w.cluster.claims["c2"].is_true(condition_types::LAUNCHED), "a later try succeeds");
+    assert!(w.claim_("c2").is_true(condition_types::LAUNCHED), "a later try succeeds");
 }
 
 #[tokio::test]
@@ -205,9 +224,9 @@ async fn a_claim_can_ignore_the_unavailable_offerings_cache_for_chosen_capacity_
     let spot = OfferingKey::new("fake.gpu", "test-zone-a", crate::cloud::CapacityType::Spot);
     w.unavailable.mark("fake", &spot, Duration::from_secs(180), w.clock.now());
     w.claim("c1", gpu_reqs(), json!({}));
-    let mut c = (*w.cluster.claims["c1"]).clone();
+    let mut c = (*w.claim_("c1")).clone();
     c.metadata.annotations = Some([(IGNORE_UNAVAILABLE_OFFERINGS.to_owned(), "spot".to_owned())].into());
-    w.cluster.put_claim(c);
+    w.api.lock().put_claim(c);
     w.step("c1").await;
     let calls = w.cloud.calls();
     let Some(crate::cloud::fake::Call::Create { options, .. }) = calls.last() else { panic!("{calls:?}") };
@@ -219,14 +238,14 @@ async fn a_claim_can_ignore_the_unavailable_offerings_cache_for_chosen_capacity_
 async fn registration_syncs_the_node_and_initialization_waits_for_gpus() {
     let mut w = World::new();
     w.claim("c1", gpu_reqs(), json!({"cpu": "1", "nvidia.com/gpu": "1"}));
-    let mut c = (*w.cluster.claims["c1"]).clone();
+    let mut c = (*w.claim_("c1")).clone();
     c.spec.taints = vec![crate::scheduling::taints::taint("nvidia.com/gpu", None, "NoSchedule")];
     c.spec.startup_taints = vec![crate::scheduling::taints::taint("example.com/driver", None, "NoExecute")];
-    w.cluster.put_claim(c);
+    w.api.lock().put_claim(c);
     w.step("c1").await;
     w.kubelet_registers("c1", true, json!({"cpu": "8", "nvidia.com/gpu": "0"}));
     w.step("c1").await;
-    let node = &w.cluster.nodes["node-c1"];
+    let node = &w.node_("node-c1");
     let l = node.metadata.labels.as_ref().unwrap();
     assert_eq!(l[labels::REGISTERED], "true");
     assert_eq!(l[labels::NODE_POOL], "default");
@@ -235,21 +254,21 @@ async fn registration_syncs_the_node_and_initialization_waits_for_gpus() {
     let taints: Vec<&str> =
         node.spec.as_ref().unwrap().taints.as_ref().unwrap().iter().map(|t| t.key.as_str()).collect();
     assert_eq!(taints, ["nvidia.com/gpu", "example.com/driver"], "unregistered taint gone, claim taints synced");
-    let claim = &w.cluster.claims["c1"];
+    let claim = &w.claim_("c1");
     assert!(claim.is_true(condition_types::REGISTERED));
     assert!(!claim.is_initialized());
     assert!(claim.condition(condition_types::INITIALIZED).unwrap().message.contains("startup taint"));
     // The startup taint clears, but the device plugin has not reported the GPU yet.
-    let mut n = (*w.cluster.nodes["node-c1"]).clone();
+    let mut n = (*w.node_("node-c1")).clone();
     n.spec.as_mut().unwrap().taints.as_mut().unwrap().retain(|t| t.key != "example.com/driver");
-    w.cluster.put_node(n.clone());
+    w.api.lock().put_node(n.clone());
     w.step("c1").await;
-    assert!(w.cluster.claims["c1"].condition(condition_types::INITIALIZED).unwrap().message.contains("nvidia.com/gpu"));
+    assert!(w.claim_("c1").condition(condition_types::INITIALIZED).unwrap().message.contains("nvidia.com/gpu"));
     n.status.as_mut().unwrap().allocatable.as_mut().unwrap().insert("nvidia.com/gpu".into(), Quantity("1".into()));
-    w.cluster.put_node(n);
+    w.api.lock().put_node(n);
     w.step("c1").await;
-    assert!(w.cluster.claims["c1"].is_initialized());
-    assert_eq!(w.cluster.nodes["node-c1"].metadata.labels.as_ref().unwrap()[labels::INITIALIZED], "true");
+    assert!(w.claim_("c1").is_initialized());
+    assert_eq!(w.node_("node-c1").metadata.labels.as_ref().unwrap()[labels::INITIALIZED], "true");
 }
 
 #[tokio::test]
@@ -258,11 +277,11 @@ async fn two_nodes_with_one_provider_id_is_an_error_condition() {
     w.claim("c1", gpu_reqs(), json!({}));
     w.step("c1").await;
     w.kubelet_registers("c1", true, json!({}));
-    let mut twin = (*w.cluster.nodes["node-c1"]).clone();
+    let mut twin = (*w.node_("node-c1")).clone();
     twin.metadata.name = Some("twin".into());
-    w.cluster.put_node(twin);
+    w.api.lock().put_node(twin);
     w.step("c1").await;
-    let cond = w.cluster.claims["c1"].condition(condition_types::REGISTERED).unwrap().clone();
+    let cond = w.claim_("c1").condition(condition_types::REGISTERED).unwrap().clone();
     assert_eq!((cond.status, cond.reason.as_str()), (ConditionStatus::False, "MultipleNodesFound"));
 }
 
@@ -273,8 +292,10 @@ async fn a_slow_gpu_registering_at_minute_22_survives_a_25_minute_override() {
     for (override_, survives) in [(Some("25m"), true), (None, false)] {
         let mut w = World::new();
         if let Some(t) = override_ {
-            w.pools[0].metadata.annotations =
+            let mut pools = w.pools.clone();
+            pools[0].metadata.annotations =
                 Some([(labels::NODECLAIM_REGISTRATION_TIMEOUT.to_owned(), t.to_owned())].into());
+            w.set_pools(pools);
         }
         w.claim("slow", gpu_reqs(), json!({}));
         w.step("slow").await;
@@ -290,8 +311,8 @@ async fn a_slow_gpu_registering_at_minute_22_survives_a_25_minute_override() {
             w.at(22);
             w.kubelet_registers("slow", true, json!({}));
             w.settle("slow").await;
-            assert!(w.cluster.claims["slow"].is_true(condition_types::REGISTERED));
-            assert!(w.cluster.claims["slow"].is_initialized());
+            assert!(w.claim_("slow").is_true(condition_types::REGISTERED));
+            assert!(w.claim_("slow").is_initialized());
         } else {
             assert_eq!(w.lifecycle.counters.registration_timeouts, 1);
         }
@@ -336,14 +357,14 @@ async fn a_vanished_instance_is_reclaimed_after_the_grace_not_the_registration_t
     let mut w = World::new();
     w.claim("c1", gpu_reqs(), json!({}));
     w.step("c1").await;
-    let pid = w.cluster.claims["c1"].provider_id().unwrap().to_owned();
+    let pid = w.claim_("c1").provider_id().unwrap().to_owned();
     w.at(1);
     w.cloud.vanish(&pid);
     w.at(4);
-    let done = w.lifecycle.collect_garbage(&mut w.cluster, w.clock.now()).await.unwrap();
+    let done = w.lifecycle.collect_garbage(&w.api, w.clock.now()).await.unwrap();
     assert!(done.is_empty(), "within the grace");
     w.at(5);
-    let done = w.lifecycle.collect_garbage(&mut w.cluster, w.clock.now()).await.unwrap();
+    let done = w.lifecycle.collect_garbage(&w.api, w.clock.now()).await.unwrap();
     assert_eq!(done, ["reclaimed NodeClaim/c1: its instance is gone"]);
     w.settle("c1").await;
     assert!(w.gone("c1"));
@@ -356,20 +377,17 @@ async fn registered_claims_whose_instance_is_gone_are_deleted_once_the_node_is_n
     w.step("c1").await;
     w.kubelet_registers("c1", true, json!({}));
     w.settle("c1").await;
-    let pid = w.cluster.claims["c1"].provider_id().unwrap().to_owned();
+    let pid = w.claim_("c1").provider_id().unwrap().to_owned();
     w.cloud.vanish(&pid);
-    assert!(
-        w.lifecycle.collect_garbage(&mut w.cluster, w.clock.now()).await.unwrap().is_empty(),
-        "the node is still Ready"
-    );
-    let mut n = (*w.cluster.nodes["node-c1"]).clone();
+    assert!(w.lifecycle.collect_garbage(&w.api, w.clock.now()).await.unwrap().is_empty(), "the node is still Ready");
+    let mut n = (*w.node_("node-c1")).clone();
     n.status.as_mut().unwrap().conditions.as_mut().unwrap()[0].status = "Unknown".into();
-    w.cluster.put_node(n);
-    let done = w.lifecycle.collect_garbage(&mut w.cluster, w.clock.now()).await.unwrap();
+    w.api.lock().put_node(n);
+    let done = w.lifecycle.collect_garbage(&w.api, w.clock.now()).await.unwrap();
     assert_eq!(done.len(), 1);
     w.settle("c1").await;
     assert!(w.gone("c1"));
-    assert!(!w.cluster.nodes.contains_key("node-c1"), "its node goes with it");
+    assert!(!w.api.lock().nodes.contains_key("node-c1"), "its node goes with it");
 }
 
 #[tokio::test]
@@ -378,12 +396,12 @@ async fn instances_without_a_claim_are_terminated_after_the_grace_and_other_clus
     w.claim("c1", gpu_reqs(), json!({}));
     w.step("c1").await;
     // A crash between create and the status write: the instance exists, the claim was deleted by hand.
-    w.cluster.claims.clear();
+    w.api.lock().clear_claims();
     let foreign = w.cloud.insert_foreign_instance("other-cluster");
     w.at(1);
-    assert!(w.lifecycle.collect_garbage(&mut w.cluster, w.clock.now()).await.unwrap().is_empty());
+    assert!(w.lifecycle.collect_garbage(&w.api, w.clock.now()).await.unwrap().is_empty());
     w.at(2);
-    let done = w.lifecycle.collect_garbage(&mut w.cluster, w.clock.now()).await.unwrap();
+    let done = w.lifecycle.collect_garbage(&w.api, w.clock.now()).await.unwrap();
     assert_eq!(done.len(), 1, "{done:?}");
     assert!(w.cloud.instances().is_empty());
     assert!(w.cloud.get(&foreign).await.is_err(), "invisible to this cluster");
@@ -395,10 +413,10 @@ async fn a_node_that_registered_after_its_claim_was_deleted_goes_once_the_instan
     let mut w = World::new();
     w.claim("c1", gpu_reqs(), json!({}));
     w.step("c1").await;
-    let pid = w.cluster.claims["c1"].provider_id().unwrap().to_owned();
-    let mut c = (*w.cluster.claims["c1"]).clone();
+    let pid = w.claim_("c1").provider_id().unwrap().to_owned();
+    let mut c = (*w.claim_("c1")).clone();
     c.metadata.deletion_timestamp = Some(Time(w.clock.now()));
-    w.cluster.put_claim(c);
+    w.api.lock().put_claim(c);
     assert_eq!(w.step("c1").await, Next::After(Duration::from_secs(5)), "terminating");
     assert_eq!(w.step("c1").await, Next::Done, "NotFound: the finalizer is released");
     assert!(w.gone("c1"));
@@ -407,10 +425,10 @@ async fn a_node_that_registered_after_its_claim_was_deleted_goes_once_the_instan
         serde_json::from_value(json!({"metadata": {"name": "late", "labels": {labels::NODE_POOL: "default"}},
         "spec": {"providerID": pid}, "status": {"conditions": [{"type": "Ready", "status": "False"}]}}))
         .unwrap();
-    w.cluster.put_node(late);
-    let done = w.lifecycle.collect_garbage(&mut w.cluster, w.clock.now()).await.unwrap();
+    w.api.lock().put_node(late);
+    let done = w.lifecycle.collect_garbage(&w.api, w.clock.now()).await.unwrap();
     assert_eq!(done, ["deleted Node/late: no claim owns it and its instance is gone"]);
-    assert!(!w.cluster.nodes.contains_key("late"));
+    assert!(!w.api.lock().nodes.contains_key("late"));
 }
 
 /// The lease path: spot unavailable → on-demand under a lease → the lease expires → the claim drifts with
@@ -425,22 +443,22 @@ async fn an_on_demand_lease_expires_into_drift_and_is_reclaimed_to_spot() {
     }
     w.claim("c1", gpu_reqs(), json!({}));
     w.step("c1").await;
-    let claim = (*w.cluster.claims["c1"]).clone();
+    let claim = (*w.claim_("c1")).clone();
     assert_eq!(claim.label(labels::CAPACITY_TYPE), Some("on-demand"));
     assert!(claim.annotation(LEASE_EXPIRES_AT).is_some());
     w.kubelet_registers("c1", true, json!({}));
     w.settle("c1").await;
     w.at(29);
     w.settle("c1").await;
-    assert!(!w.cluster.claims["c1"].is_true(condition_types::DRIFTED));
+    assert!(!w.claim_("c1").is_true(condition_types::DRIFTED));
     w.at(30);
     w.settle("c1").await;
-    let drifted = w.cluster.claims["c1"].condition(condition_types::DRIFTED).unwrap().clone();
+    let drifted = w.claim_("c1").condition(condition_types::DRIFTED).unwrap().clone();
     assert_eq!((drifted.status, drifted.reason.as_str()), (ConditionStatus::True, ON_DEMAND_LEASE_EXPIRED));
 
     // Disruption sorts it first and pins its replacement to spot.
-    let node = (*w.cluster.nodes["node-c1"]).clone();
-    let claims: Vec<NodeClaim> = w.cluster.claims.values().map(|c| NodeClaim::clone(c)).collect();
+    let node = (*w.node_("node-c1")).clone();
+    let claims: Vec<NodeClaim> = w.api.snapshot().claims.values().map(|c| NodeClaim::clone(c)).collect();
     let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(json!({"metadata": {"name": "p", "namespace": "default"},
         "spec": {"nodeName": "node-c1", "containers": [{"name": "c", "resources": {"requests": {"cpu": "1", "nvidia.com/gpu": "1"}}}]},
         "status": {"phase": "Running"}}))
@@ -477,7 +495,7 @@ fn bound_pod(w: &mut World, name: &str, node: &str, extra: serde_json::Value) {
         "status": {"phase": "Running", "startTime": "2026-01-01T00:00:00Z"}});
     crate::testing::merge(&mut v, extra);
     let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(v).unwrap();
-    w.cluster.pods.insert(format!("default/{name}"), pod.into());
+    w.api.lock().put_pod(pod);
 }
 
 async fn running(w: &mut World, name: &str) {
@@ -485,7 +503,7 @@ async fn running(w: &mut World, name: &str) {
     w.step(name).await;
     w.kubelet_registers(name, true, json!({}));
     w.settle(name).await;
-    assert!(w.cluster.claims[name].is_initialized());
+    assert!(w.claim_(name).is_initialized());
 }
 
 /// Termination: the node is tainted and drained through the eviction API before the instance is deleted;
@@ -496,33 +514,33 @@ async fn deleting_a_claim_drains_its_node_then_terminates_the_instance() {
     running(&mut w, "c1").await;
     bound_pod(&mut w, "web", "node-c1", json!({}));
     bound_pod(&mut w, "train", "node-c1", json!({"metadata": {"annotations": {labels::DO_NOT_DISRUPT: "true"}}}));
-    let mut c = (*w.cluster.claims["c1"]).clone();
+    let mut c = (*w.claim_("c1")).clone();
     c.metadata.deletion_timestamp = Some(Time(w.clock.now()));
     c.spec.termination_grace_period = Some(crate::api::KubeDuration::from_secs(10 * MIN));
-    w.cluster.put_claim(c);
+    w.api.lock().put_claim(c);
     assert_eq!(w.step("c1").await, Next::After(Duration::from_secs(1)), "draining");
-    let taints = w.cluster.nodes["node-c1"].spec.as_ref().unwrap().taints.clone().unwrap();
+    let taints = w.node_("node-c1").spec.as_ref().unwrap().taints.clone().unwrap();
     assert!(taints.iter().any(|t| t.key == labels::DISRUPTED_TAINT));
-    assert_eq!(w.cluster.evicted, ["default/web"]);
+    assert_eq!(w.api.lock().evicted, ["default/web"]);
     assert_eq!(w.cloud.instances().len(), 1, "the instance lives while pods drain");
     w.at(9);
     assert_eq!(w.step("c1").await, Next::After(Duration::from_secs(1)), "the do-not-disrupt pod waits");
     w.at(10);
     w.step("c1").await;
-    assert!(w.cluster.pods.is_empty(), "forced once the grace period is over");
+    assert!(w.api.lock().pods.is_empty(), "forced once the grace period is over");
     w.step("c1").await;
     assert!(w.gone("c1"));
     assert!(w.cloud.instances().is_empty());
-    assert!(!w.cluster.nodes.contains_key("node-c1"));
+    assert!(!w.api.lock().nodes.contains_key("node-c1"));
 }
 
 #[tokio::test]
 async fn claims_expire_after_expire_after() {
     let mut w = World::new();
     running(&mut w, "c1").await;
-    let mut c = (*w.cluster.claims["c1"]).clone();
+    let mut c = (*w.claim_("c1")).clone();
     c.spec.expire_after = crate::api::NillableDuration::from_secs(60 * MIN);
-    w.cluster.put_claim(c);
+    w.api.lock().put_claim(c);
     w.at(59);
     w.step("c1").await;
     assert!(!w.deleting("c1"));
@@ -544,29 +562,38 @@ async fn a_spot_interruption_drains_replaces_and_marks_the_offering() {
         "node-c1",
         json!({"spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": "1", "nvidia.com/gpu": "1"}}}]}}),
     );
-    let pid = w.cluster.claims["c1"].provider_id().unwrap().to_owned();
-    let zone = w.cluster.claims["c1"].label(labels::ZONE).unwrap().to_owned();
-    assert_eq!(w.cluster.claims["c1"].label(labels::CAPACITY_TYPE), Some("spot"));
+    let pid = w.claim_("c1").provider_id().unwrap().to_owned();
+    let zone = w.claim_("c1").label(labels::ZONE).unwrap().to_owned();
+    assert_eq!(w.claim_("c1").label(labels::CAPACITY_TYPE), Some("spot"));
     let now = w.clock.now();
     assert_eq!(
-        w.lifecycle.interrupt(
-            &mut w.cluster,
-            &Interruption { provider_id: pid.clone(), kind: InterruptionKind::Rebalance },
-            now
-        ),
+        w.lifecycle
+            .interrupt(
+                &w.api,
+                &w.api.snapshot(),
+                &Interruption { provider_id: pid.clone(), kind: InterruptionKind::Rebalance },
+                now
+            )
+            .await
+            .unwrap(),
         None
     );
-    let hit = w.lifecycle.interrupt(
-        &mut w.cluster,
-        &Interruption { provider_id: pid, kind: InterruptionKind::SpotInterruption },
-        now,
-    );
+    let hit = w
+        .lifecycle
+        .interrupt(
+            &w.api,
+            &w.api.snapshot(),
+            &Interruption { provider_id: pid, kind: InterruptionKind::SpotInterruption },
+            now,
+        )
+        .await
+        .unwrap();
     assert_eq!(hit.as_deref(), Some("c1"));
     assert!(w.deleting("c1"));
     let key = OfferingKey::new("fake.gpu", &zone, crate::cloud::CapacityType::Spot);
     assert!(w.unavailable.is_unavailable("fake", &key, now));
     // Provisioning sees the deleting node's pod and buys for it, avoiding the interrupted offering.
-    let c = &w.cluster;
+    let c = w.api.snapshot();
     let state = crate::state::ClusterState::from_shared(
         c.pods.values(),
         c.nodes.values(),
@@ -590,27 +617,27 @@ async fn a_spot_interruption_drains_replaces_and_marks_the_offering() {
     let launch = r.claims[0].launch.as_ref().unwrap();
     assert!(!(launch.zone == zone && launch.capacity_type == crate::cloud::CapacityType::Spot), "{launch:?}");
     w.step("c1").await;
-    assert_eq!(w.cluster.evicted, ["default/job"]);
+    assert_eq!(w.api.lock().evicted, ["default/job"]);
 }
 
 #[tokio::test]
 async fn volumes_detach_before_the_instance_goes_and_deleting_the_node_deletes_the_claim() {
     let mut w = World::new();
     running(&mut w, "c1").await;
-    w.cluster.volume_attachments.insert("csi-123".into(), "node-c1".into());
+    w.api.lock().attach_volume("csi-123", "node-c1");
     // kubectl delete node: the claim follows.
-    let mut n = (*w.cluster.nodes["node-c1"]).clone();
+    let mut n = (*w.node_("node-c1")).clone();
     n.metadata.deletion_timestamp = Some(Time(w.clock.now()));
-    w.cluster.put_node(n);
+    w.api.lock().put_node(n);
     w.step("c1").await;
     assert!(w.deleting("c1"));
     assert_eq!(w.step("c1").await, Next::After(Duration::from_secs(1)), "waiting for the volume");
     assert_eq!(w.cloud.instances().len(), 1);
-    w.cluster.volume_attachments.clear();
+    w.api.lock().detach_volume("csi-123");
     assert_eq!(w.step("c1").await, Next::After(Duration::from_secs(5)), "terminating");
     w.step("c1").await;
     assert!(w.gone("c1"));
-    assert!(!w.cluster.nodes.contains_key("node-c1"));
+    assert!(!w.api.lock().nodes.contains_key("node-c1"));
 }
 
 /// Provider drift (an image or NodeClass change only the provider can see) reaches the claim's Drifted
@@ -619,15 +646,15 @@ async fn volumes_detach_before_the_instance_goes_and_deleting_the_node_deletes_t
 async fn provider_drift_marks_the_claim_drifted() {
     let mut w = World::new();
     running(&mut w, "c1").await;
-    assert!(!w.cluster.claims["c1"].is_true(condition_types::DRIFTED));
-    let pid = w.cluster.claims["c1"].provider_id().unwrap().to_owned();
+    assert!(!w.claim_("c1").is_true(condition_types::DRIFTED));
+    let pid = w.claim_("c1").provider_id().unwrap().to_owned();
     w.cloud.set_drifted(&pid, "AMIDrift");
     let next = w.step("c1").await;
-    assert!(!w.cluster.claims["c1"].is_true(condition_types::DRIFTED), "asked again only after the interval");
+    assert!(!w.claim_("c1").is_true(condition_types::DRIFTED), "asked again only after the interval");
     assert!(matches!(next, Next::After(d) if d <= super::DRIFT_CHECK_INTERVAL), "{next:?}");
     w.clock.advance(super::DRIFT_CHECK_INTERVAL);
     w.step("c1").await;
-    let drifted = w.cluster.claims["c1"].condition(condition_types::DRIFTED).unwrap();
+    let drifted = w.claim_("c1").condition(condition_types::DRIFTED).unwrap().clone();
     assert_eq!((drifted.status, drifted.reason.as_str()), (crate::api::ConditionStatus::True, "AMIDrift"));
 }
 
@@ -637,19 +664,19 @@ async fn provider_drift_marks_the_claim_drifted() {
 async fn pod_events_stamp_the_claim_of_the_node_they_touch() {
     let mut w = World::new();
     running(&mut w, "c1").await;
-    let stamp = |w: &World| w.cluster.claims["c1"].status.as_ref().and_then(|s| s.last_pod_event_time);
+    let stamp = |w: &World| w.claim_("c1").status.as_ref().and_then(|s| s.last_pod_event_time);
     let mut events = super::PodEvents::default();
-    events.observe(&mut w.cluster, w.clock.now());
+    events.observe(&w.api, &w.api.snapshot(), w.clock.now()).await;
     assert_eq!(stamp(&w), None, "no pods yet");
 
     bound_pod(&mut w, "web", "node-c1", json!({}));
     w.clock.advance(Duration::from_secs(60));
     let landed = w.clock.now();
-    events.observe(&mut w.cluster, landed);
+    events.observe(&w.api, &w.api.snapshot(), landed).await;
     assert_eq!(stamp(&w), Some(landed), "a pod landed");
 
     w.clock.advance(Duration::from_secs(60));
-    events.observe(&mut w.cluster, w.clock.now());
+    events.observe(&w.api, &w.api.snapshot(), w.clock.now()).await;
     assert_eq!(stamp(&w), Some(landed), "nothing moved");
 
     bound_pod(
@@ -660,25 +687,110 @@ async fn pod_events_stamp_the_claim_of_the_node_they_touch() {
         {"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "agent", "uid": "u"}]}}),
     );
     w.clock.advance(Duration::from_secs(60));
-    events.observe(&mut w.cluster, w.clock.now());
+    events.observe(&w.api, &w.api.snapshot(), w.clock.now()).await;
     assert_eq!(stamp(&w), Some(landed), "a DaemonSet pod is not an event");
 
-    w.cluster.pods.remove("default/web");
+    w.api.lock().remove_pod("default/web");
     w.clock.advance(Duration::from_secs(60));
     let left = w.clock.now();
-    events.observe(&mut w.cluster, left);
+    events.observe(&w.api, &w.api.snapshot(), left).await;
     assert_eq!(stamp(&w), Some(left), "a pod left");
 
     // A pod bound elsewhere (deleted and recreated under the same name) touches both nodes.
     running(&mut w, "c2").await;
-    let stamp2 = |w: &World| w.cluster.claims["c2"].status.as_ref().and_then(|s| s.last_pod_event_time);
+    let stamp2 = |w: &World| w.claim_("c2").status.as_ref().and_then(|s| s.last_pod_event_time);
     bound_pod(&mut w, "api", "node-c2", json!({}));
     w.clock.advance(Duration::from_secs(60));
-    events.observe(&mut w.cluster, w.clock.now());
+    events.observe(&w.api, &w.api.snapshot(), w.clock.now()).await;
     assert_eq!(stamp(&w), Some(left), "c1 untouched");
     bound_pod(&mut w, "api", "node-c1", json!({}));
     w.clock.advance(Duration::from_secs(60));
     let moved = w.clock.now();
-    events.observe(&mut w.cluster, moved);
+    events.observe(&w.api, &w.api.snapshot(), moved).await;
     assert_eq!((stamp(&w), stamp2(&w)), (Some(moved), Some(moved)), "the node it left and the node it landed on");
+}
+
+/// An owner-less node is deleted only when the providers say its instance is gone: a throttled or refused
+/// `get` proves nothing.
+#[tokio::test]
+async fn a_throttled_or_refused_get_never_deletes_an_owner_less_node() {
+    let mut w = World::new();
+    let node: Node =
+        serde_json::from_value(json!({"metadata": {"name": "stray", "labels": {labels::NODE_POOL: "default"}},
+        "spec": {"providerID": "fake://gone"}, "status": {"conditions": [{"type": "Ready", "status": "False"}]}}))
+        .unwrap();
+    w.api.lock().put_node(node);
+    for error in [CloudError::Throttled { retry_after: None }, CloudError::Unauthorized("expired token".into())] {
+        w.cloud.inject(Method::Get, error, 1);
+        let done = w.lifecycle.collect_garbage(&w.api, w.clock.now()).await.unwrap();
+        assert!(done.is_empty(), "{done:?}");
+        assert!(w.api.lock().nodes.contains_key("stray"), "the node stays while the provider cannot answer");
+    }
+    let done = w.lifecycle.collect_garbage(&w.api, w.clock.now()).await.unwrap();
+    assert_eq!(done, ["deleted Node/stray: no claim owns it and its instance is gone"]);
+}
+
+/// A claim whose NodeClass no provider serves is skipped by garbage collection and interruption
+/// handling, with a condition and an event; the other claims are handled as usual.
+#[tokio::test]
+async fn a_claim_with_an_unknown_node_class_does_not_stop_garbage_collection() {
+    let mut w = World::new();
+    w.claim("c1", gpu_reqs(), json!({}));
+    w.step("c1").await;
+    let pid = w.claim_("c1").provider_id().unwrap().to_owned();
+    let mut stranger = NodeClaim::clone(&w.claim_("c1"));
+    stranger.metadata.name = Some("stranger".into());
+    stranger.metadata.uid = Some("uid-stranger".into());
+    stranger.spec.node_class_ref = Some(crate::api::NodeClassRef {
+        group: "example.com".into(),
+        kind: "MissingNodeClass".into(),
+        name: "x".into(),
+    });
+    stranger.status.get_or_insert_with(Default::default).provider_id = Some("other://1".into());
+    w.api.lock().put_claim(stranger);
+    // c1's instance vanishes; the stranger's is not listed either.
+    w.cloud.vanish(&pid);
+    w.at(10);
+    let done = w.lifecycle.collect_garbage(&w.api, w.clock.now()).await.unwrap();
+    assert_eq!(done, ["reclaimed NodeClaim/c1: its instance is gone"]);
+    let cond = w.claim_("stranger").condition(condition_types::NODE_CLASS_READY).unwrap().clone();
+    assert_eq!((cond.status, cond.reason.as_str()), (ConditionStatus::False, "NodeClassNotFound"));
+    assert!(cond.message.contains("MissingNodeClass"), "{}", cond.message);
+    assert!(w.api.lock().events.iter().any(|e| e.name == "stranger" && e.reason == "NodeClassNotFound"));
+    // Interruptions go on too: a notice for the stranger's instance is acted on like any other.
+    w.cloud.announce("other://1", InterruptionKind::SpotInterruption);
+    let hit = w.lifecycle.poll_interruptions(&w.api, w.clock.now()).await.unwrap();
+    assert_eq!(hit, ["stranger"]);
+}
+
+/// An instance whose claim exists but whose status write was lost is not an orphan: garbage collection
+/// matches it to the claim by name and leaves it, and the claim records it without a second launch, even
+/// after a restart emptied the launch cache.
+#[tokio::test]
+async fn an_instance_whose_status_write_was_lost_is_matched_to_its_claim_not_terminated() {
+    use crate::cluster::memory::{Fault, Write};
+    let mut w = World::new();
+    w.claim("c1", gpu_reqs(), json!({}));
+    // The finalizer lands; the status write after the launch is lost.
+    w.api.lock().inject(Write::PatchClaimStatus, Fault::fail(crate::cluster::ApiErrorKind::Unavailable), 1);
+    assert!(w.lifecycle.reconcile(&w.api, "c1", w.clock.now()).await.is_err());
+    assert!(w.claim_("c1").provider_id().is_none());
+    assert_eq!(w.cloud.instances().len(), 1);
+    // The controller restarts: the launch cache is gone.
+    w.lifecycle = Lifecycle::new(
+        {
+            let mut r = ProviderRegistry::new();
+            r.register_arc(w.cloud.clone()).unwrap();
+            r
+        },
+        w.unavailable.clone(),
+        Settings::default(),
+    );
+    w.at(10);
+    let done = w.lifecycle.collect_garbage(&w.api, w.clock.now()).await.unwrap();
+    assert!(done.is_empty(), "past the orphan grace, but not an orphan: {done:?}");
+    assert_eq!(w.cloud.instances().len(), 1);
+    w.step("c1").await;
+    assert_eq!(w.cloud.create_calls(), 1, "no second launch");
+    assert_eq!(w.claim_("c1").provider_id(), Some(w.cloud.instances()[0].provider_id.as_str()));
 }

@@ -1,11 +1,14 @@
-//! The autoscaler in virtual time: the real provisioning, lifecycle, garbage-collection and disruption
-//! controllers over an in-memory cluster and a provider, with a simulated kube-scheduler (binds pending pods
-//! to nodes that fit, with the same constraints) and kubelet (registers launched instances after a boot
-//! delay, reports GPUs after a device-plugin delay) and DaemonSet controller (one pod of each DaemonSet on
-//! every node it fits).
+//! The autoscaler in virtual time. The simulator holds only the world: an in-memory API server
+//! ([`InMemoryApi`]: resourceVersions, finalizers, injectable write faults), a provider, a simulated
+//! kube-scheduler (binds pending pods to nodes that fit, with the same constraints, honouring the nodes'
+//! real taints), kubelet (registers launched instances after a boot delay, reports GPUs after a
+//! device-plugin delay), DaemonSet controller (one pod of each DaemonSet on every node it fits) and
+//! workloads. tenon's controllers run in the [`Runtime`], exactly as `tenon run` runs them, over the same
+//! [`Cluster`](crate::cluster::Cluster) port.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
 use jiff::Timestamp;
@@ -16,11 +19,10 @@ use serde_json::json;
 
 use crate::api::{NodeClaim, NodePool, condition_types, labels};
 use crate::clock::{self, Clock, VirtualClock};
-use crate::cloud::{CloudProvider, DynCloudProvider, InstanceType, ProviderRegistry, UnavailableOfferings};
-use crate::cluster::{InMemoryCluster, pod_key};
-use crate::disruption::queue::{Controller, Event};
-use crate::lifecycle::{Lifecycle, Next};
-use crate::provisioning::{self, Batcher, Nominations};
+use crate::cloud::{CloudProvider, DynCloudProvider, ProviderRegistry, UnavailableOfferings};
+use crate::cluster::{InMemoryApi, Snapshot, node_provider_id, pod_key};
+use crate::disruption::queue::Event;
+use crate::runtime::{Runtime, counter_names};
 use crate::scheduling::{DaemonPod, Scheduler, SchedulerOptions};
 use crate::settings::Settings;
 use crate::state::{ClusterState, PodInfoCache, daemon_pod};
@@ -54,28 +56,21 @@ impl Kubelet {
     }
 }
 
-/// The simulated world.
+/// The simulated world: an in-memory API server, a provider, a kube-scheduler, kubelets, a DaemonSet
+/// controller and workload controllers, with the [`Runtime`] driving tenon's controllers over them in
+/// virtual time. The world only moves objects the way those components would; every decision is the
+/// runtime's.
 pub struct Sim {
     /// The virtual clock.
     pub clock: Arc<VirtualClock>,
     /// The provider.
     pub provider: DynCloudProvider,
-    /// The cluster.
-    pub cluster: InMemoryCluster,
-    /// NodePools.
-    pub pools: Vec<NodePool>,
+    /// The API server.
+    pub api: Arc<InMemoryApi>,
     /// Settings.
     pub settings: Settings,
-    /// The unavailable-offerings cache, shared by provisioning and launch.
-    pub unavailable: Arc<UnavailableOfferings>,
-    /// The lifecycle controller.
-    pub lifecycle: Lifecycle,
-    /// The provisioning batcher.
-    pub batcher: Batcher,
-    /// Pods nominated to capacity on its way.
-    pub nominations: Nominations,
-    /// The disruption controller and its queue.
-    pub disruption: Controller,
+    /// tenon's controllers (rebuilt from scratch by [`Sim::crash`]).
+    pub runtime: Runtime,
     /// Kubelet behaviour.
     pub kubelet: Kubelet,
     /// Instances whose kubelet never registers (by provider id).
@@ -86,137 +81,108 @@ pub struct Sim {
     pub late: HashMap<String, Duration>,
     /// Pods a workload controller keeps alive: recreated (unbound) when evicted.
     pub desired: BTreeMap<String, Pod>,
-    /// For each claim still booting, the pods provisioning last planned onto it.
-    pub reserved: HashMap<String, Vec<String>>,
-    /// Instance types (refreshed from the provider each provisioning pass).
-    types: Vec<InstanceType>,
-    next_gc: Timestamp,
     /// The cluster's digest after a scheduling attempt that bound nothing: until it changes, pending pods
     /// stay unschedulable (kube-scheduler's unschedulable queue).
     unschedulable_digest: Option<u64>,
-    /// Pod events stamped on claims, for `consolidateAfter`.
-    pub pod_events: crate::lifecycle::PodEvents,
-    seq: u64,
     /// Disruption events, in order.
     pub events: Vec<(Timestamp, Event)>,
     /// Nodes rebooting for repair, and when each is back.
     rebooted: HashMap<String, Timestamp>,
-    /// DaemonSets.
-    daemon_sets: Vec<DaemonSet>,
-    /// Each DaemonSet's pod as the scheduler sees it, in the order of `daemon_sets`.
+    /// Each DaemonSet's pod as the scheduler sees it, in the order of the API's DaemonSets.
     daemon_pods: Vec<DaemonPod>,
-    /// Scheduling views of the pods, reused across state builds while a pod is unchanged.
-    pod_infos: std::sync::Mutex<PodInfoCache>,
+    /// The kube-scheduler's scheduling views of the pods, reused while a pod is unchanged.
+    pod_infos: PodInfoCache,
+    /// Claim names handed out so far (shared by every runtime, so a restart never reuses one).
+    names: Arc<AtomicU64>,
+    /// The unavailable-offerings cache, shared with the provider and kept across restarts.
+    pub unavailable: Arc<UnavailableOfferings>,
 }
 
 impl Sim {
     /// A world over `provider` with `pools`.
     pub fn new(clock: Arc<VirtualClock>, provider: DynCloudProvider, pools: Vec<NodePool>, settings: Settings) -> Self {
-        let unavailable = Arc::new(UnavailableOfferings::new());
-        let lifecycle = Self::make_lifecycle(&provider, &unavailable, &settings);
         let now = clock.now();
-        let disruption = Self::make_disruption(&provider);
+        let api = Arc::new(InMemoryApi::new(now));
+        api.lock().set_pools(pools);
+        let names = Arc::new(AtomicU64::new(0));
+        let unavailable = Arc::new(UnavailableOfferings::new());
+        let runtime = Self::make_runtime(&clock, &provider, &settings, &names, &unavailable);
         Self {
             clock,
             provider,
-            cluster: InMemoryCluster { now: Some(now), ..Default::default() },
-            pools,
-            batcher: Batcher::from_settings(&settings),
+            api,
             settings,
-            unavailable,
-            lifecycle,
-            nominations: Nominations::default(),
-            disruption,
+            runtime,
             kubelet: Kubelet::default(),
             never_register: HashSet::new(),
             never_ready: HashSet::new(),
             late: HashMap::new(),
             desired: BTreeMap::new(),
-            reserved: HashMap::new(),
-            types: Vec::new(),
-            next_gc: now,
             unschedulable_digest: None,
-            pod_events: Default::default(),
-            seq: 0,
             events: Vec::new(),
             rebooted: HashMap::new(),
-            daemon_sets: Vec::new(),
             daemon_pods: Vec::new(),
-            pod_infos: Default::default(),
+            pod_infos: PodInfoCache::default(),
+            names,
+            unavailable,
         }
+    }
+
+    fn make_runtime(
+        clock: &Arc<VirtualClock>,
+        provider: &DynCloudProvider,
+        settings: &Settings,
+        names: &Arc<AtomicU64>,
+        unavailable: &Arc<UnavailableOfferings>,
+    ) -> Runtime {
+        let mut registry = ProviderRegistry::new();
+        // One provider per world: registering it cannot collide.
+        let _ = registry.register_arc(provider.clone());
+        let clock: crate::clock::SharedClock = clock.clone();
+        Runtime::new(clock, registry, settings.clone(), counter_names(names.clone()))
+            .with_unavailable(unavailable.clone())
     }
 
     /// Adds a DaemonSet: provisioning counts its pod on the nodes it would land on, and every registered
     /// node it fits runs one.
     pub fn add_daemon_set(&mut self, ds: DaemonSet) -> Result<(), crate::scheduling::PodError> {
         self.daemon_pods.push(daemon_pod(&ds)?);
-        self.daemon_sets.push(ds);
+        self.api.lock().add_daemon_set(ds);
         Ok(())
     }
 
-    fn make_lifecycle(
-        provider: &DynCloudProvider,
-        unavailable: &Arc<UnavailableOfferings>,
-        settings: &Settings,
-    ) -> Lifecycle {
-        let mut registry = ProviderRegistry::new();
-        // One provider per world: registering it cannot collide.
-        let _ = registry.register_arc(provider.clone());
-        Lifecycle::new(registry, unavailable.clone(), settings.clone())
-    }
-
-    fn make_disruption(provider: &DynCloudProvider) -> Controller {
-        let mut c = Controller::new();
-        c.repair_policies = provider.repair_policies();
-        c.reboot_supported = true;
-        c
+    /// Changes the settings, restarting the controllers under them.
+    pub fn set_settings(&mut self, settings: Settings) {
+        self.settings = settings;
+        self.crash();
     }
 
     /// The controller process restarts: everything it held in memory is gone and rebuilt from the cluster.
     pub fn crash(&mut self) {
-        self.lifecycle = Self::make_lifecycle(&self.provider, &self.unavailable, &self.settings);
-        self.batcher = Batcher::from_settings(&self.settings);
-        self.nominations = Nominations::default();
-        // In-flight commands are forgotten; their candidates keep the disrupted taint until a later pass.
-        self.disruption = Self::make_disruption(&self.provider);
+        self.runtime = Self::make_runtime(&self.clock, &self.provider, &self.settings, &self.names, &self.unavailable);
     }
 
     /// Adds a pod kept alive by a workload controller.
     pub fn add_pod(&mut self, pod: Pod) {
         let key = pod_key(&pod);
-        self.desired.insert(key.clone(), pod.clone());
-        self.cluster.pods.insert(key, Arc::new(pod));
+        self.desired.insert(key, pod.clone());
+        self.api.lock().put_pod(pod);
     }
 
     /// Removes a pod for good (a finished job, a scale-down).
     pub fn remove_pod(&mut self, key: &str) {
         self.desired.remove(key);
-        self.cluster.pods.remove(key);
+        self.api.lock().remove_pod(key);
     }
 
-    /// The cluster as the controllers see it.
-    pub fn state(&self) -> ClusterState {
+    /// The cluster as it is now (the world reads the API's objects directly, never a lagging snapshot).
+    pub fn state(&mut self) -> ClusterState {
         let now = self.clock.now();
-        let c = &self.cluster;
-        // A poisoned lock only means a panic elsewhere mid-build: the cache is still sound (it is keyed on
-        // the objects themselves).
-        let mut cache = self.pod_infos.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let mut s = ClusterState::from_shared(
-            c.pods.values(),
-            c.nodes.values(),
-            c.claims.values(),
-            &self.daemon_sets,
-            &c.pdbs,
-            &self.pools,
-            now,
-            &mut cache,
-        )
-        .unwrap_or_default();
-        self.disruption.queue.apply(&mut s);
-        s
+        let s = self.api.lock().snapshot();
+        ClusterState::from_snapshot(&s, now, &mut self.pod_infos).unwrap_or_default()
     }
 
-    /// Advances virtual time by `total` in steps of `step`, running every controller at each step.
+    /// Advances virtual time by `total` in steps of `step`, running the world and the runtime at each step.
     pub async fn run(&mut self, total: Duration, step: Duration) {
         let end = clock::add(self.clock.now(), total);
         while self.clock.now() < end {
@@ -225,42 +191,56 @@ impl Sim {
         }
     }
 
-    /// Runs every controller once at the current time.
+    /// Moves the world, then runs the runtime once, at the current time.
     pub async fn tick(&mut self) {
         let now = self.clock.now();
-        self.cluster.now = Some(now);
+        self.api.set_now(now);
         self.workloads();
         self.kubelets(now).await;
         self.run_daemons(now);
         self.schedule_pods(now);
-        self.provision(now).await;
-        let _ = self.lifecycle.poll_interruptions(&mut self.cluster, now).await;
-        self.reconcile_claims(now).await;
-        self.pod_events.observe(&mut self.cluster, now);
-        // Garbage collection every two minutes; a failed run (a throttled list) is retried next tick.
-        if now >= self.next_gc && self.lifecycle.collect_garbage(&mut self.cluster, now).await.is_ok() {
-            self.next_gc = clock::add(now, Duration::from_secs(120));
+        self.runtime.step(&*self.api).await;
+        for (at, e) in self.runtime.take_decisions() {
+            if let Event::Reboot { node, claim } = &e
+                && let Some(c) = self.api.lock().snapshot().claim(claim)
+            {
+                // A reboot takes as long as the instance family takes to boot and register.
+                let boot = self.kubelet.registration_delay_for(c.label(labels::INSTANCE_TYPE));
+                self.rebooted.insert(node.clone(), clock::add(now, boot));
+            }
+            self.events.push((at, e));
         }
-        self.disrupt(now).await;
+        // A rebooted node comes back (its rebooting taint removed) once it has booted.
+        let back: Vec<String> =
+            self.rebooted.iter().filter(|(_, back_at)| now >= **back_at).map(|(n, _)| n.clone()).collect();
+        for n in back {
+            self.rebooted.remove(&n);
+            self.api.lock().update_node(&n, |node| {
+                if let Some(t) = node.spec.as_mut().and_then(|s| s.taints.as_mut()) {
+                    t.retain(|t| t.key != labels::REBOOTING_TAINT);
+                }
+            });
+        }
     }
 
     fn workloads(&mut self) {
+        let mut api = self.api.lock();
         for (key, pod) in &self.desired {
-            if !self.cluster.pods.contains_key(key) {
+            if !api.pods.contains_key(key) {
                 let mut fresh = pod.clone();
                 if let Some(spec) = fresh.spec.as_mut() {
                     spec.node_name = None;
                 }
                 fresh.status = None;
-                self.cluster.pods.insert(key.clone(), Arc::new(fresh));
+                api.put_pod(fresh);
             }
         }
     }
 
     async fn kubelets(&mut self, now: Timestamp) {
-        let registered: HashSet<String> =
-            self.cluster.nodes.values().filter_map(|n| n.spec.as_ref()?.provider_id.clone()).collect();
-        for claim in self.cluster.claims.values() {
+        let snapshot = self.api.lock().snapshot();
+        let registered: HashSet<&str> = snapshot.nodes.values().filter_map(|n| node_provider_id(n)).collect();
+        for claim in snapshot.claims.values() {
             let Some(pid) = claim.provider_id() else { continue };
             if registered.contains(pid)
                 || self.never_register.contains(pid)
@@ -297,11 +277,12 @@ impl Sim {
             }))
             .ok();
             if let Some(node) = node {
-                self.cluster.nodes.insert(claim.name().to_owned(), Arc::new(node));
+                self.api.lock().put_node(node);
             }
         }
         // The device plugin reports GPUs, and startup taints clear, after their delay.
-        for shared in self.cluster.nodes.values_mut() {
+        let snapshot = self.api.lock().snapshot();
+        for (name, shared) in snapshot.nodes.iter() {
             let Some(at) = shared
                 .metadata
                 .annotations
@@ -314,8 +295,7 @@ impl Sim {
             if clock::since(now, at) < self.kubelet.device_plugin_delay {
                 continue;
             }
-            let name = shared.metadata.name.clone().unwrap_or_default();
-            let Some(claim) = self.cluster.claims.get(&name) else { continue };
+            let Some(claim) = snapshot.claims.get(name) else { continue };
             let full = claim.status.as_ref().map(|s| s.allocatable.clone()).unwrap_or_default();
             let startup =
                 |t: &k8s_openapi::api::core::v1::Taint| claim.spec.startup_taints.iter().any(|s| s.key == t.key);
@@ -325,35 +305,39 @@ impl Sim {
             if (shared.status.is_none() || reported == Some(&full)) && !tainted {
                 continue;
             }
-            let node = Arc::make_mut(shared);
-            if let Some(st) = node.status.as_mut() {
-                st.allocatable = Some(full);
-            }
-            if let Some(t) = node.spec.as_mut().and_then(|s| s.taints.as_mut()) {
-                t.retain(|t| !startup(t));
-            }
+            self.api.lock().update_node(name, |node| {
+                if let Some(st) = node.status.as_mut() {
+                    st.allocatable = Some(full);
+                }
+                if let Some(t) = node.spec.as_mut().and_then(|s| s.taints.as_mut()) {
+                    t.retain(|t| !startup(t));
+                }
+            });
         }
     }
 
     /// The DaemonSet controller: a pod of each DaemonSet on every node whose labels and taints it accepts,
     /// gone with its node.
     fn run_daemons(&mut self, now: Timestamp) {
-        if self.daemon_sets.is_empty() {
+        let mut api = self.api.lock();
+        if api.daemon_sets.is_empty() {
             return;
         }
-        let nodes = &self.cluster.nodes;
-        self.cluster.pods.retain(|_, p| {
+        let nodes = api.nodes.clone();
+        api.retain_pods(|p| {
             let daemon = crate::cluster::owned_by_daemon_set(p);
             let node = p.spec.as_ref().and_then(|s| s.node_name.as_ref());
             !daemon || node.is_some_and(|n| nodes.contains_key(n))
         });
-        for (name, node) in &self.cluster.nodes {
+        let claims = api.claims.clone();
+        let daemon_sets = api.daemon_sets.clone();
+        for (name, node) in nodes.iter() {
             // A node being deleted takes no new daemons.
             if node.metadata.deletion_timestamp.is_some() {
                 continue;
             }
             // The claim's labels and taints: the node's own arrive with registration sync.
-            let claim = self.cluster.claims.get(name);
+            let claim = claims.get(name);
             let mut labels = node.metadata.labels.clone().unwrap_or_default();
             if let Some(l) = claim.and_then(|c| c.metadata.labels.as_ref()) {
                 labels.extend(l.iter().map(|(k, v)| (k.clone(), v.clone())));
@@ -368,11 +352,11 @@ impl Sim {
                     .filter(|t| t.key == labels::DISRUPTED_TAINT)
                     .cloned(),
             );
-            for (ds, daemon) in self.daemon_sets.iter().zip(&self.daemon_pods) {
+            for (ds, daemon) in daemon_sets.iter().zip(&self.daemon_pods) {
                 let ds_name = ds.metadata.name.as_deref().unwrap_or_default();
                 let namespace = ds.metadata.namespace.as_deref().unwrap_or("default");
                 let key = format!("{namespace}/{ds_name}-{name}");
-                if self.cluster.pods.contains_key(&key) || !daemon.tolerates(&taints) || !daemon.runs_on(&labels) {
+                if api.pods.contains_key(&key) || !daemon.tolerates(&taints) || !daemon.runs_on(&labels) {
                     continue;
                 }
                 let template = ds.spec.as_ref().map(|s| s.template.clone()).unwrap_or_default();
@@ -395,40 +379,21 @@ impl Sim {
                     spec: Some(spec),
                     status: serde_json::from_value(json!({"phase": "Running", "startTime": now.to_string()})).ok(),
                 };
-                self.cluster.pods.insert(key, Arc::new(pod));
+                api.put_pod(pod);
             }
         }
     }
 
-    /// Whether some pod waits for a node: unbound and not finished. Cheaper than building the state.
-    fn any_unbound(&self) -> bool {
-        self.cluster
-            .pods
-            .values()
-            .any(|p| p.spec.as_ref().is_some_and(|s| s.node_name.is_none()) && !crate::cluster::pod_finished(p))
-    }
-
-    /// Whether some node is on its way out (deleted, tainted as disrupted, or marked by the disruption
-    /// queue), so its pods need a new place.
-    fn any_leaving(&self) -> bool {
-        self.disruption.queue.has_marked()
-            || self.cluster.claims.values().any(|c| c.metadata.deletion_timestamp.is_some())
-            || self.cluster.nodes.values().any(|n| {
-                n.metadata.deletion_timestamp.is_some()
-                    || n.spec.iter().flat_map(|s| s.taints.iter().flatten()).any(|t| t.key == labels::DISRUPTED_TAINT)
-            })
-    }
-
     /// A digest of what kube-scheduler decides on: pods and where they run, nodes with their taints,
     /// allocatable and conditions.
-    fn scheduling_digest(&self) -> u64 {
+    fn scheduling_digest(snapshot: &Snapshot) -> u64 {
         use std::hash::{Hash, Hasher};
         let mut h = std::collections::hash_map::DefaultHasher::new();
-        for (key, p) in &self.cluster.pods {
+        for (key, p) in snapshot.pods.iter() {
             (key, p.spec.as_ref().and_then(|s| s.node_name.as_ref())).hash(&mut h);
             p.status.as_ref().and_then(|s| s.phase.as_ref()).hash(&mut h);
         }
-        for (name, n) in &self.cluster.nodes {
+        for (name, n) in snapshot.nodes.iter() {
             (name, n.metadata.deletion_timestamp.is_some()).hash(&mut h);
             for t in n.spec.iter().flat_map(|s| s.taints.iter().flatten()) {
                 (&t.key, &t.effect).hash(&mut h);
@@ -447,17 +412,19 @@ impl Sim {
 
     /// The kube-scheduler: binds pending pods to nodes that fit.
     fn schedule_pods(&mut self, now: Timestamp) {
+        let snapshot = self.api.lock().snapshot();
         // Most steps bind nothing: skip building the cluster state when no pod waits for a node, or when
         // nothing changed since an attempt that bound nothing.
-        if !self.any_unbound() {
+        if !snapshot.any_unbound() {
             return;
         }
-        let digest = self.scheduling_digest();
+        let digest = Self::scheduling_digest(&snapshot);
         if self.unschedulable_digest == Some(digest) {
             return;
         }
         let state = self.state();
-        // kube-scheduler sees the node's actual taints (unregistered, startup), not the ones planned for.
+        // kube-scheduler sees the node's actual taints (unregistered, startup, disrupted), not the ones
+        // planned for.
         let nodes: Vec<_> = state
             .nodes
             .iter()
@@ -488,143 +455,35 @@ impl Sim {
             .solve_shared(pending);
         let bound_any = results.existing.iter().any(|p| !p.pods.is_empty());
         self.unschedulable_digest = (!bound_any).then_some(digest);
+        let mut api = self.api.lock();
         for placed in results.existing {
             for key in placed.pods {
-                if let Some(pod) = self.cluster.pods.get_mut(&key).map(Arc::make_mut) {
+                api.update_pod(&key, |pod| {
                     if let Some(spec) = pod.spec.as_mut() {
                         spec.node_name = Some(placed.node.clone());
                     }
                     pod.status = serde_json::from_value(json!({"phase": "Running", "startTime": now.to_string()})).ok();
-                }
-            }
-        }
-    }
-
-    async fn provision(&mut self, now: Timestamp) {
-        // With no batch open and no pod to place, a pass would do nothing: skip building the state.
-        if !self.batcher.is_open() && !self.any_unbound() && !self.any_leaving() {
-            return;
-        }
-        let state = self.state();
-        let waiting = state.pods_to_place().any(|p| self.nominations.target(&p.info.key, now).is_none());
-        // Pods waiting without capacity on its way open a batch window.
-        if waiting && !self.batcher.is_open() {
-            self.batcher.trigger(now);
-        }
-        if !self.batcher.ready(now) {
-            return;
-        }
-        self.batcher.reset();
-        self.refresh_types().await;
-        let mut types = self.types.clone();
-        self.unavailable.apply(self.provider.name(), &mut types, &[], now);
-        let types_for = move |_: &NodePool| types.clone();
-        self.nominations.expire(now, |t| self.cluster.claims.contains_key(t) || self.cluster.nodes.contains_key(t));
-        let seq = &mut self.seq;
-        let mut name_for = |pool: &str| {
-            *seq += 1;
-            format!("{pool}-{:05}", *seq)
-        };
-        let out =
-            provisioning::provision(&state, &types_for, &mut self.nominations, &self.settings, now, &mut name_for);
-        // Pods planned in this pass are no longer planned anywhere else.
-        let planned: HashSet<&String> = out
-            .results
-            .existing
-            .iter()
-            .flat_map(|p| &p.pods)
-            .chain(out.results.claims.iter().flat_map(|c| &c.pods))
-            .collect();
-        for pods in self.reserved.values_mut() {
-            pods.retain(|p| !planned.contains(p));
-        }
-        for placed in &out.results.existing {
-            if self.cluster.claims.get(&placed.node).is_some_and(|c| !c.is_true(condition_types::REGISTERED)) {
-                self.reserved.insert(placed.node.clone(), placed.pods.clone());
-            }
-        }
-        for (claim, plan) in out.claims.into_iter().zip(out.results.claims.iter()) {
-            self.reserved.insert(claim.name().to_owned(), plan.pods.clone());
-            let _ = crate::cluster::Cluster::create_claim(&mut self.cluster, claim);
-        }
-    }
-
-    /// Reads the offerings afresh (reserved capacity frees up, prices move); a failed read keeps the last.
-    async fn refresh_types(&mut self) {
-        if let Some(pool) = self.pools.first()
-            && let Ok(types) = self.provider.instance_types(pool).await
-        {
-            self.types = types;
-        }
-    }
-
-    async fn reconcile_claims(&mut self, now: Timestamp) {
-        let names: Vec<String> = self.cluster.claims.keys().cloned().collect();
-        for name in names {
-            for _ in 0..3 {
-                match self.lifecycle.reconcile(&mut self.cluster, &name, &self.pools, now).await {
-                    Ok(Next::After(d)) if d.is_zero() => continue,
-                    _ => break,
-                }
-            }
-        }
-    }
-
-    async fn disrupt(&mut self, now: Timestamp) {
-        // Disruption prices against current offerings: owned machines freed, spot prices moved.
-        self.refresh_types().await;
-        let state = self.state();
-        let mut types = self.types.clone();
-        self.unavailable.apply(self.provider.name(), &mut types, &[], now);
-        let types_for = move |_: &NodePool| types.clone();
-        let inputs = crate::disruption::Inputs { state: &state, types_for: &types_for, settings: &self.settings, now };
-        let seq = &mut self.seq;
-        let mut name_for = |pool: &str| {
-            *seq += 1;
-            format!("{pool}-{:05}", *seq)
-        };
-        let events = self.disruption.tick(&inputs, &mut self.cluster, &mut self.nominations, &mut name_for);
-        for e in events {
-            if let Event::Reboot { node, claim } = &e
-                && let Some(c) = self.cluster.claims.get(claim).cloned()
-            {
-                // The executor's half of a reboot: taint the node and ask the provider.
-                if let Some(n) = self.cluster.nodes.get_mut(node).map(Arc::make_mut) {
-                    let taints = n.spec.get_or_insert_with(Default::default).taints.get_or_insert_with(Vec::new);
-                    taints.push(crate::scheduling::taints::taint(labels::REBOOTING_TAINT, None, "NoSchedule"));
-                }
-                match self.provider.reboot(&c).await {
-                    Ok(()) => {
-                        // A reboot takes as long as the instance family takes to boot and register.
-                        let boot = self.kubelet.registration_delay_for(c.label(labels::INSTANCE_TYPE));
-                        self.rebooted.insert(node.clone(), clock::add(now, boot));
-                    }
-                    Err(_) => self.disruption.repairer.reboot_failed(node),
-                }
-            }
-            self.events.push((now, e));
-        }
-        // A rebooted node comes back (its rebooting taint removed) once it has booted.
-        let back: Vec<String> =
-            self.rebooted.iter().filter(|(_, back_at)| now >= **back_at).map(|(n, _)| n.clone()).collect();
-        for n in back {
-            self.rebooted.remove(&n);
-            if let Some(node) = self.cluster.nodes.get_mut(&n).map(Arc::make_mut)
-                && let Some(t) = node.spec.as_mut().and_then(|s| s.taints.as_mut())
-            {
-                t.retain(|t| t.key != labels::REBOOTING_TAINT);
+                });
             }
         }
     }
 
     /// Live claims (not being deleted).
-    pub fn live_claims(&self) -> Vec<&NodeClaim> {
-        self.cluster.claims.values().filter(|c| c.metadata.deletion_timestamp.is_none()).map(|c| &**c).collect()
+    pub fn live_claims(&self) -> Vec<Arc<NodeClaim>> {
+        self.api
+            .lock()
+            .snapshot()
+            .claims
+            .values()
+            .filter(|c| c.metadata.deletion_timestamp.is_none())
+            .cloned()
+            .collect()
     }
 
     /// Pods not bound to a node.
     pub fn pending(&self) -> Vec<String> {
-        self.cluster
+        self.api
+            .lock()
             .pods
             .iter()
             .filter(|(_, p)| p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_none())

@@ -36,7 +36,7 @@ pub struct ScenarioError {
 
 /// How many replicas a deployment wants over time.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", rename_all_fields = "camelCase", deny_unknown_fields)]
 pub enum Replicas {
     /// Always this many.
     Constant(u32),
@@ -60,6 +60,7 @@ fn default_peak() -> u32 {
 
 /// One step of a [`Replicas::Steps`] schedule.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Step {
     /// From when.
     pub at: KubeDuration,
@@ -147,8 +148,7 @@ impl DaemonSetWorkload {
     /// The DaemonSet object.
     pub fn to_daemon_set(&self) -> Result<DaemonSet, String> {
         let pod =
-            pod_from(&self.name, &self.cpu, &self.memory, 0, json!({"app": self.name}), &self.pod_spec, json!({}))
-                .ok_or_else(|| "not a valid pod spec".to_owned())?;
+            pod_from(&self.name, &self.cpu, &self.memory, 0, json!({"app": self.name}), &self.pod_spec, json!({}))?;
         let ds = serde_json::from_value::<DaemonSet>(json!({
             "metadata": {"name": self.name, "namespace": "default", "uid": format!("ds-{}", self.name)},
             "spec": {"selector": {"matchLabels": {"app": self.name}},
@@ -334,15 +334,29 @@ pub struct Scenario {
     pub pools: Vec<NodePool>,
     /// Instance types, from the catalogs and inline.
     pub types: Vec<InstanceType>,
+    /// Each workload's pod, checked when the scenario loaded (`None` for DaemonSets), in the order of
+    /// `spec.workloads`.
+    pub templates: Vec<Option<Pod>>,
+    /// Each DaemonSet workload's DaemonSet, checked when the scenario loaded.
+    pub daemon_sets: Vec<DaemonSet>,
 }
 
 impl Scenario {
     /// Loads and validates a scenario file; nothing runs if anything is wrong.
     pub fn load(path: &Path) -> Result<Self, ScenarioError> {
+        let text = std::fs::read_to_string(path).map_err(|e| ScenarioError {
+            file: path.display().to_string(),
+            field: String::new(),
+            message: e.to_string(),
+        })?;
+        Self::parse(&text, path)
+    }
+
+    /// Parses and validates a scenario's text, read from `path` (catalogs are found relative to it).
+    pub fn parse(text: &str, path: &Path) -> Result<Self, ScenarioError> {
         let file = path.display().to_string();
         let err = |field: &str, message: String| ScenarioError { file: file.clone(), field: field.into(), message };
-        let text = std::fs::read_to_string(path).map_err(|e| err("", e.to_string()))?;
-        let value: serde_json::Value = serde_yaml_ng::from_str(&text).map_err(|e| err("", format!("not YAML: {e}")))?;
+        let value: serde_json::Value = serde_yaml_ng::from_str(text).map_err(|e| err("", format!("not YAML: {e}")))?;
         if value.get("kind").and_then(|k| k.as_str()) != Some("Scenario") {
             return Err(err("kind", "expected \"Scenario\"".into()));
         }
@@ -373,9 +387,70 @@ impl Scenario {
         }
         let flags: Vec<(String, String)> = spec.settings.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
         settings::load(None, Vec::new(), &flags).map_err(|e| err(&format!("spec.settings.{}", e.key), e.message))?;
+        let mut templates = Vec::with_capacity(spec.workloads.len());
+        let mut daemon_sets = Vec::new();
         for (i, w) in spec.workloads.iter().enumerate() {
-            if let Workload::DaemonSet(d) = w {
-                d.to_daemon_set().map_err(|m| err(&format!("spec.workloads[{i}].daemonSet"), m))?;
+            match w {
+                Workload::DaemonSet(d) => {
+                    let ds = d.to_daemon_set().map_err(|m| err(&format!("spec.workloads[{i}].daemonSet"), m))?;
+                    daemon_sets.push(ds);
+                    templates.push(None);
+                }
+                Workload::Deployment(d) => {
+                    let at = format!("spec.workloads[{i}].deployment");
+                    if let Replicas::Diurnal { min, max, peak_hour } = &d.replicas {
+                        if min > max {
+                            return Err(err(
+                                &format!("{at}.replicas.diurnal"),
+                                format!("min {min} is above max {max}"),
+                            ));
+                        }
+                        if *peak_hour > 23 {
+                            return Err(err(
+                                &format!("{at}.replicas.diurnal.peakHour"),
+                                format!("{peak_hour} is not an hour of the day (0-23)"),
+                            ));
+                        }
+                    }
+                    if let Replicas::Steps(steps) = &d.replicas
+                        && let Some(k) = steps.windows(2).position(|w| w[1].at.0 < w[0].at.0)
+                    {
+                        return Err(err(
+                            &format!("{at}.replicas.steps[{}].at", k + 1),
+                            "steps must be in time order".into(),
+                        ));
+                    }
+                    let spread = if d.zone_spread {
+                        json!({"topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": labels::ZONE,
+                            "whenUnsatisfiable": "DoNotSchedule", "labelSelector": {"matchLabels": {"app": d.name}}}]})
+                    } else {
+                        json!({})
+                    };
+                    let mut extra = d.pod_spec.clone();
+                    if let (Some(e), Some(s)) = (extra.as_object_mut(), spread.as_object()) {
+                        e.extend(s.clone());
+                    } else if extra.is_null() {
+                        extra = spread;
+                    }
+                    let pod = pod_from(&d.name, &d.cpu, &d.memory, d.gpus, json!({"app": d.name}), &extra, json!({}))
+                        .map_err(|m| err(&at, m))?;
+                    templates.push(Some(pod));
+                }
+                Workload::Jobs(j) => {
+                    let at = format!("spec.workloads[{i}].jobs");
+                    if j.count > 1 && j.every.0.is_zero() {
+                        return Err(err(
+                            &format!("{at}.every"),
+                            "must be positive when more than one job arrives".into(),
+                        ));
+                    }
+                    let annotations =
+                        if j.do_not_disrupt { json!({labels::DO_NOT_DISRUPT: "true"}) } else { json!({}) };
+                    let pod =
+                        pod_from(&j.name, &j.cpu, &j.memory, j.gpus, json!({"job": j.name}), &j.pod_spec, annotations)
+                            .map_err(|m| err(&at, m))?;
+                    templates.push(Some(pod));
+                }
             }
         }
         for (i, e) in spec.events.iter().enumerate() {
@@ -408,7 +483,7 @@ impl Scenario {
                 ));
             }
         }
-        Ok(Self { name, spec, pools, types })
+        Ok(Self { name, spec, pools, types, templates, daemon_sets })
     }
 
     /// The scenario's settings: `base` with its overrides.
@@ -490,6 +565,8 @@ pub struct Decision {
     pub what: String,
 }
 
+/// A workload's pod, checked as the scheduler reads it: a bad quantity or pod spec field is an error
+/// naming it.
 fn pod_from(
     name: &str,
     cpu: &str,
@@ -498,7 +575,13 @@ fn pod_from(
     labels_: serde_json::Value,
     extra: &serde_json::Value,
     annotations: serde_json::Value,
-) -> Option<Pod> {
+) -> Result<Pod, String> {
+    if !(extra.is_null() || extra.is_object()) {
+        return Err("podSpec: expected a mapping of pod spec fields".into());
+    }
+    for (field, q) in [("cpu", cpu), ("memory", memory)] {
+        crate::resources::Resources::parse_quantity(field, q).map_err(|e| format!("{field}: {e}"))?;
+    }
     let mut requests = json!({"cpu": cpu, "memory": memory});
     if gpus > 0 {
         requests["nvidia.com/gpu"] = json!(gpus.to_string());
@@ -509,7 +592,21 @@ fn pod_from(
             s.insert(k.clone(), v.clone());
         }
     }
-    serde_json::from_value(json!({"metadata": {"name": name, "namespace": "default", "labels": labels_, "annotations": annotations}, "spec": spec})).ok()
+    let value = json!({"metadata": {"name": name, "namespace": "default", "labels": labels_, "annotations": annotations}, "spec": spec});
+    let pod: Pod = serde_path_to_error::deserialize(&value).map_err(|e| {
+        let path = e.path().to_string();
+        let path = path.strip_prefix("spec.").map_or(path.clone(), |p| format!("podSpec.{p}"));
+        format!("{path}: {}", e.into_inner())
+    })?;
+    crate::scheduling::PodInfo::from_pod(&pod).map_err(|e| e.to_string())?;
+    Ok(pod)
+}
+
+/// A copy of a workload's pod template under another name.
+fn named(template: &Pod, name: String) -> Pod {
+    let mut p = template.clone();
+    p.metadata.name = Some(name);
+    p
 }
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {
@@ -563,13 +660,9 @@ pub async fn run(scenario: &Scenario, settings: Settings, progress: &mut dyn FnM
             .map(|(f, d)| (f.clone(), d.0))
             .collect(),
     };
-    for w in &scenario.spec.workloads {
-        if let Workload::DaemonSet(d) = w
-            && let Ok(ds) = d.to_daemon_set()
-        {
-            // Checked when the scenario loaded.
-            let _ = sim.add_daemon_set(ds);
-        }
+    for ds in &scenario.daemon_sets {
+        // Checked when the scenario loaded.
+        let _ = sim.add_daemon_set(ds.clone());
     }
     let mut rng = Rng::new(scenario.spec.seed);
     let step = scenario.spec.step.0;
@@ -599,7 +692,8 @@ pub async fn run(scenario: &Scenario, settings: Settings, progress: &mut dyn FnM
         let now = clock.now();
         let elapsed = clock::since(now, start);
         // Workloads.
-        for w in &scenario.spec.workloads {
+        for (w, template) in scenario.spec.workloads.iter().zip(&scenario.templates) {
+            let Some(template) = template else { continue };
             match w {
                 Workload::Deployment(d) => {
                     let want = match &d.replicas {
@@ -611,37 +705,16 @@ pub async fn run(scenario: &Scenario, settings: Settings, progress: &mut dyn FnM
                             let hour = (elapsed.as_secs_f64() / 3600.0) % 24.0;
                             let phase = (hour - f64::from(*peak_hour)) / 24.0 * std::f64::consts::TAU;
                             let level = (phase.cos() + 1.0) / 2.0;
-                            min + ((f64::from(max - min)) * level).round() as u32
+                            // Checked when the scenario loaded: min <= max.
+                            min + ((f64::from(max.saturating_sub(*min))) * level).round() as u32
                         }
                     };
                     for r in 0..want.max(1) * 2 {
                         let key = format!("default/{}-{r}", d.name);
                         let exists = sim.desired.contains_key(&key);
                         if r < want && !exists {
-                            let spread = if d.zone_spread {
-                                json!({"topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": labels::ZONE,
-                                    "whenUnsatisfiable": "DoNotSchedule", "labelSelector": {"matchLabels": {"app": d.name}}}]})
-                            } else {
-                                json!({})
-                            };
-                            let mut extra = d.pod_spec.clone();
-                            if let (Some(e), Some(s)) = (extra.as_object_mut(), spread.as_object()) {
-                                e.extend(s.clone());
-                            } else if extra.is_null() {
-                                extra = spread;
-                            }
-                            if let Some(p) = pod_from(
-                                &format!("{}-{r}", d.name),
-                                &d.cpu,
-                                &d.memory,
-                                d.gpus,
-                                json!({"app": d.name}),
-                                &extra,
-                                json!({}),
-                            ) {
-                                sim.add_pod(p);
-                                created.insert(key, now);
-                            }
+                            sim.add_pod(named(template, format!("{}-{r}", d.name)));
+                            created.insert(key, now);
                         } else if r >= want && exists {
                             sim.remove_pod(&key);
                         }
@@ -653,21 +726,9 @@ pub async fn run(scenario: &Scenario, settings: Settings, progress: &mut dyn FnM
                         let arrive = j.start.0 + j.every.0 * n;
                         let key = format!("default/{}-{n}", j.name);
                         if due(arrive, elapsed, step) && !job_keys.contains(&key) {
-                            let annotations =
-                                if j.do_not_disrupt { json!({labels::DO_NOT_DISRUPT: "true"}) } else { json!({}) };
-                            if let Some(p) = pod_from(
-                                &format!("{}-{n}", j.name),
-                                &j.cpu,
-                                &j.memory,
-                                j.gpus,
-                                json!({"job": j.name}),
-                                &j.pod_spec,
-                                annotations,
-                            ) {
-                                sim.add_pod(p);
-                                created.insert(key.clone(), now);
-                                job_keys.insert(key.clone());
-                            }
+                            sim.add_pod(named(template, format!("{}-{n}", j.name)));
+                            created.insert(key.clone(), now);
+                            job_keys.insert(key.clone());
                         }
                         if let Some(started) = job_started.get(&key)
                             && clock::since(now, *started) >= j.duration.0
@@ -743,7 +804,8 @@ pub async fn run(scenario: &Scenario, settings: Settings, progress: &mut dyn FnM
             }
         });
         // Bookkeeping: binding waits and job clocks.
-        for (key, pod) in &sim.cluster.pods {
+        let pods = sim.api.lock().pods.clone();
+        for (key, pod) in pods.iter() {
             if pod.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_none() {
                 continue;
             }
@@ -800,6 +862,7 @@ pub async fn run(scenario: &Scenario, settings: Settings, progress: &mut dyn FnM
                     None
                 }
                 Event::Reboot { node, .. } => Some(format!("rebooted {node}")),
+                Event::CleanedUp { node } => Some(format!("removed the disrupted taint no command holds from {node}")),
                 Event::RepairBlocked { node, message, .. } => Some(format!("repair of {node} blocked: {message}")),
             };
             if let Some(what) = what {
@@ -831,11 +894,11 @@ pub async fn run(scenario: &Scenario, settings: Settings, progress: &mut dyn FnM
         p95: percentile(&waits, 0.95),
         max: waits.last().copied().unwrap_or(0.0),
     };
-    let c = &sim.lifecycle.counters;
+    let c = &sim.runtime.lifecycle.counters;
     report.launches = c.launched;
     report.launch_failures = c.launch_failures;
     report.launch_deferrals = c.launch_deferrals;
-    report.pods_evicted = sim.cluster.evicted.len() as u64;
+    report.pods_evicted = sim.api.lock().evicted.len() as u64;
     report.pending_at_end = sim.pending().len() as u64;
     report
 }

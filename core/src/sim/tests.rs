@@ -8,6 +8,8 @@ use super::*;
 use crate::api::NodePoolSpec;
 use crate::cloud::fake::{FakeCloud, Method};
 use crate::cloud::{CapacityType, CloudError, OfferingKey};
+use crate::cluster::ApiErrorKind;
+use crate::cluster::memory::{Fault, Write};
 use crate::disruption::queue::Outcome;
 use crate::scheduling::workload::Rng;
 
@@ -56,13 +58,13 @@ async fn a_spot_interruption_notice_replaces_the_node_at_once() {
     cloud.announce(&pid, crate::cloud::InterruptionKind::SpotInterruption);
     sim.clock.advance(STEP);
     sim.tick().await;
-    assert!(sim.cluster.claims.get(victim.name()).is_none_or(|c| c.metadata.deletion_timestamp.is_some()));
+    assert!(sim.api.lock().claims.get(victim.name()).cloned().is_none_or(|c| c.metadata.deletion_timestamp.is_some()));
     let key = OfferingKey::new(
         victim.label(labels::INSTANCE_TYPE).unwrap(),
         victim.label(labels::ZONE).unwrap(),
         CapacityType::Spot,
     );
-    assert!(sim.unavailable.is_unavailable("fake", &key, sim.clock.now()));
+    assert!(sim.runtime.unavailable().is_unavailable("fake", &key, sim.clock.now()));
     sim.run(Duration::from_secs(3 * 60), STEP).await;
     assert!(sim.pending().is_empty(), "the pod runs on the replacement");
     assert!(cloud.instances().iter().all(|i| i.provider_id != pid), "the interrupted instance is gone");
@@ -71,13 +73,15 @@ async fn a_spot_interruption_notice_replaces_the_node_at_once() {
 
 fn sicken(sim: &mut Sim, node: &str, reason: &str, minutes_ago: i64) {
     let at = sim.clock.now() - jiff::SignedDuration::from_mins(minutes_ago);
-    let n = std::sync::Arc::make_mut(sim.cluster.nodes.get_mut(node).unwrap());
-    let conditions = n.status.as_mut().unwrap().conditions.as_mut().unwrap();
-    conditions.push(
-        serde_json::from_value(json!({"type": "AcceleratedHardwareReady", "status": "False", "reason": reason,
-            "lastTransitionTime": at.to_string()}))
-        .unwrap(),
-    );
+    let updated = sim.api.lock().update_node(node, |n| {
+        let conditions = n.status.as_mut().unwrap().conditions.as_mut().unwrap();
+        conditions.push(
+            serde_json::from_value(json!({"type": "AcceleratedHardwareReady", "status": "False", "reason": reason,
+                "lastTransitionTime": at.to_string()}))
+            .unwrap(),
+        );
+    });
+    assert!(updated);
 }
 
 fn repair_world() -> (Sim, Arc<FakeCloud>) {
@@ -86,8 +90,9 @@ fn repair_world() -> (Sim, Arc<FakeCloud>) {
     for i in 0..6 {
         sim.add_pod(pod(&format!("big-{i}"), "5", 0));
     }
-    sim.settings =
-        crate::settings::load(None, vec![("FEATURE_GATES".into(), "NodeRepair=true".into())], &[]).unwrap().settings;
+    sim.set_settings(
+        crate::settings::load(None, vec![("FEATURE_GATES".into(), "NodeRepair=true".into())], &[]).unwrap().settings,
+    );
     (sim, cloud)
 }
 
@@ -99,15 +104,16 @@ async fn repair_reboots_transient_faults_and_replaces_fatal_ones() {
     sim.run(Duration::from_secs(3 * 60), STEP).await;
     let sick = sim.live_claims()[0].name().to_owned();
     // The node's family boots in five minutes, so its reboot takes that long.
-    let family = sim.cluster.claims[&sick].label(labels::INSTANCE_TYPE).unwrap().split('.').next().unwrap().to_owned();
+    let family =
+        sim.api.lock().claims[&sick].label(labels::INSTANCE_TYPE).unwrap().split('.').next().unwrap().to_owned();
     sim.kubelet.registration_delay_by_family.insert(family, Duration::from_secs(5 * 60));
     sicken(&mut sim, &sick, "XID48 detected", 11);
     sim.run(Duration::from_secs(30), STEP).await;
     assert!(cloud.calls().iter().any(|c| matches!(c, crate::cloud::fake::Call::Reboot { claim } if *claim == sick)));
     assert!(sim.events.iter().any(|(_, e)| matches!(e, Event::Reboot { node, .. } if *node == sick)));
-    assert!(sim.cluster.claims[&sick].metadata.deletion_timestamp.is_none(), "rebooted, not replaced");
+    assert!(sim.api.lock().claims[&sick].metadata.deletion_timestamp.is_none(), "rebooted, not replaced");
     let rebooting = |sim: &Sim| {
-        let taints = sim.cluster.nodes[&sick].spec.as_ref().and_then(|s| s.taints.clone()).unwrap_or_default();
+        let taints = sim.api.lock().nodes[&sick].spec.as_ref().and_then(|s| s.taints.clone()).unwrap_or_default();
         taints.iter().any(|t| t.key == labels::REBOOTING_TAINT)
     };
     assert!(rebooting(&sim));
@@ -126,7 +132,7 @@ async fn repair_reboots_transient_faults_and_replaces_fatal_ones() {
             .iter()
             .any(|(_, e)| matches!(e, Event::Proposed { method: crate::disruption::Method::NodeRepair, .. }))
     );
-    assert!(!sim.cluster.claims.contains_key(&sick), "replaced");
+    assert!(!sim.api.lock().claims.contains_key(&sick), "replaced");
     assert_eq!(sim.live_claims().len(), 6);
     assert!(sim.pending().is_empty());
 }
@@ -134,6 +140,18 @@ async fn repair_reboots_transient_faults_and_replaces_fatal_ones() {
 struct Faults {
     rng: Rng,
     exhausted: Vec<(OfferingKey, u32)>,
+    /// The controller died between two writes this step: it is restarted once the step is over.
+    dying: bool,
+}
+
+impl Faults {
+    /// After a step: a controller that died mid-step is restarted, with nothing in memory.
+    fn after_step(&mut self, sim: &mut Sim) {
+        if std::mem::take(&mut self.dying) {
+            sim.api.lock().revive();
+            sim.crash();
+        }
+    }
 }
 
 impl Faults {
@@ -174,8 +192,13 @@ impl Faults {
             let victim = &instances[self.rng.below(instances.len())];
             cloud.vanish(&victim.provider_id);
         }
+        if !instances.is_empty() && self.roll(2) {
+            // An interruption drains the node at once, do-not-disrupt pods and all once the grace is over.
+            let victim = &instances[self.rng.below(instances.len())];
+            cloud.announce(&victim.provider_id, crate::cloud::InterruptionKind::SpotInterruption);
+        }
         let launched: Vec<String> =
-            sim.cluster.claims.values().filter_map(|c| c.provider_id().map(str::to_owned)).collect();
+            sim.api.lock().claims.values().filter_map(|c| c.provider_id().map(str::to_owned)).collect();
         if !launched.is_empty() && self.roll(3) {
             let pid = launched[self.rng.below(launched.len())].clone();
             if self.roll(50) {
@@ -187,10 +210,37 @@ impl Faults {
         if self.roll(2) {
             sim.crash();
         }
-        if !sim.cluster.claims.is_empty() && self.roll(2) {
+        // The API server's trouble: conflicts and failures on every kind of write, timeouts whose write
+        // landed anyway, PDB refusals of evictions, watches lagging the writes, and the controller dying
+        // between two writes (it is restarted after the step).
+        {
+            let mut api = sim.api.lock();
+            for write in Write::ALL {
+                if self.roll(3) {
+                    let fault = match self.rng.below(4) {
+                        0 => Fault::fail(ApiErrorKind::Conflict),
+                        1 => Fault::fail(ApiErrorKind::Unavailable),
+                        2 => Fault::timeout_after_applying(),
+                        _ => Fault::fail(ApiErrorKind::TooManyRequests),
+                    };
+                    api.inject(write, fault, 1 + self.rng.below(2));
+                }
+            }
+            if self.roll(5) {
+                api.inject(Write::EvictPod, Fault::fail(ApiErrorKind::TooManyRequests), 1 + self.rng.below(3));
+            }
+            if self.roll(4) {
+                api.lag_reads(1 + self.rng.below(4));
+            }
+            if self.roll(3) {
+                api.die_after(self.rng.below(6));
+                self.dying = true;
+            }
+        }
+        if !sim.api.lock().claims.is_empty() && self.roll(2) {
             // A claim deleted by hand, finalizer and all: its instance is left behind.
-            let names: Vec<String> = sim.cluster.claims.keys().cloned().collect();
-            sim.cluster.claims.remove(&names[self.rng.below(names.len())]);
+            let names: Vec<String> = sim.api.lock().claims.keys().cloned().collect();
+            sim.api.lock().remove_claim(&names[self.rng.below(names.len())]);
         }
         for (key, left) in self.exhausted.iter_mut() {
             *left -= 1;
@@ -202,11 +252,18 @@ impl Faults {
     }
 }
 
-fn check_invariants(sim: &Sim, cloud: &FakeCloud, seed: u64, orphans: &mut HashMap<String, Timestamp>) {
+fn check_invariants(
+    sim: &Sim,
+    cloud: &FakeCloud,
+    seed: u64,
+    orphans: &mut HashMap<String, Timestamp>,
+    leftovers: &mut HashMap<String, Timestamp>,
+) {
     let now = sim.clock.now();
     // 1. No instance without a claim beyond the orphan grace (from launch) and one garbage-collection
     //    period (plus the step it is noticed in).
-    let claimed: HashSet<&str> = sim.cluster.claims.values().filter_map(|c| c.provider_id()).collect();
+    let snapshot = sim.api.lock().snapshot();
+    let claimed: HashSet<&str> = snapshot.claims.values().filter_map(|c| c.provider_id()).collect();
     let instances = cloud.instances();
     orphans.retain(|pid, _| instances.iter().any(|i| i.provider_id == *pid) && !claimed.contains(pid.as_str()));
     for i in &instances {
@@ -223,9 +280,8 @@ fn check_invariants(sim: &Sim, cloud: &FakeCloud, seed: u64, orphans: &mut HashM
     }
     // 2. No pod bought for twice: a pending pod is planned onto at most one claim still booting.
     let mut booking: HashMap<&str, Vec<&str>> = HashMap::new();
-    for (claim, pods) in &sim.reserved {
-        let booting = sim
-            .cluster
+    for (claim, pods) in &sim.runtime.reserved {
+        let booting = snapshot
             .claims
             .get(claim)
             .is_some_and(|c| c.metadata.deletion_timestamp.is_none() && !c.is_true(condition_types::REGISTERED));
@@ -240,7 +296,7 @@ fn check_invariants(sim: &Sim, cloud: &FakeCloud, seed: u64, orphans: &mut HashM
         let detail: Vec<String> = claims
             .iter()
             .map(|c| {
-                let x = &sim.cluster.claims[*c];
+                let x = &snapshot.claims[*c];
                 format!(
                     "{c}: created {:?} launched {:?} pid {:?} requests {:?}",
                     x.metadata.creation_timestamp.as_ref().map(|t| t.0.to_string()),
@@ -252,40 +308,87 @@ fn check_invariants(sim: &Sim, cloud: &FakeCloud, seed: u64, orphans: &mut HashM
             .collect();
         assert!(claims.len() <= 1, "seed {seed} at {now}: pod {pod} is planned onto {detail:#?}");
     }
+    // 4. No node tainted `karpenter.sh/disrupted`, and no claim carrying a disruption reason, without a
+    //    live command or a deletion, for longer than the clean-up takes under the faults.
+    for (node, claim) in sim.runtime.disruption.queue.orphaned(&snapshot) {
+        let since = *leftovers.entry(format!("{node}/{claim}")).or_insert(now);
+        assert!(
+            clock::since(now, since) <= Duration::from_secs(600),
+            "seed {seed}: {node} (claim {claim}) has been left disrupted with no command since {since}"
+        );
+    }
+    let current: HashSet<String> =
+        sim.runtime.disruption.queue.orphaned(&snapshot).into_iter().map(|(n, c)| format!("{n}/{c}")).collect();
+    leftovers.retain(|k, _| current.contains(k));
     // 3. No node deleted by disruption before its replacements initialized.
     for (at, e) in &sim.events {
         if *at == now
             && let Event::Finished(Outcome::Completed { replacements, .. }) = e
         {
             for r in replacements {
-                let ok = sim.cluster.claims.get(r).is_some_and(|c| c.is_initialized());
+                let ok = snapshot.claims.get(r).is_some_and(|c| c.is_initialized());
                 assert!(ok, "seed {seed}: a candidate was deleted before replacement {r} initialized");
             }
         }
     }
 }
 
-/// Hundreds of steps of faults on every call kind, ICE storms, deferrals, instances vanishing mid-boot,
-/// kubelets registering late or never, hand-deleted claims and controller crashes; invariants after every
-/// step, and every pod scheduled once the trouble stops.
+/// Hundreds of steps of faults on every cloud call kind, ICE storms, deferrals, instances vanishing
+/// mid-boot, kubelets registering late or never, hand-deleted claims and controller crashes, and on the
+/// API side conflicts, 500s and timeouts (some of which landed) on every kind of write, PDB refusals of
+/// evictions, lagging watches and the controller dying between two writes; invariants after every step,
+/// and once the trouble stops every pod scheduled, nothing left tainted, terminating or leaked.
 #[tokio::test]
 async fn reliability_under_random_faults() {
+    let mut bitten: std::collections::BTreeMap<Write, u64> = Default::default();
+    let mut forced = 0;
     for seed in 1..=6u64 {
         let (mut sim, cloud) = world(10);
-        let mut faults = Faults { rng: Rng::new(seed), exhausted: Vec::new() };
+        // Pods that may not be disrupted are deleted once a draining node's grace period is over.
+        {
+            let mut api = sim.api.lock();
+            let mut pools = api.pools.to_vec();
+            pools[0].spec.template.spec.termination_grace_period = Some(crate::api::KubeDuration::from_secs(120));
+            api.set_pools(pools);
+        }
+        let mut faults = Faults { rng: Rng::new(seed), exhausted: Vec::new(), dying: false };
         let mut orphans = HashMap::new();
-        for step in 0..240 {
+        let mut leftovers = HashMap::new();
+        for step in 0..240u32 {
             faults.inject(&mut sim, &cloud);
             if step % 40 == 20 {
                 // The workload changes under the faults too.
                 sim.remove_pod("default/p03");
                 sim.add_pod(pod(&format!("late-{step}"), "1500m", 0));
             }
+            if step % 24 == 0 && step > 0 {
+                // The node running the last do-not-disrupt job is interrupted: its drain must wait out the
+                // grace period, then force the job off.
+                let snapshot = sim.api.lock().snapshot();
+                let node = snapshot
+                    .pod(&format!("default/burst-{}", step - 6))
+                    .and_then(|p| p.spec.as_ref()?.node_name.clone());
+                if let Some(pid) = node.and_then(|n| snapshot.claims.get(&n)?.provider_id().map(str::to_owned)) {
+                    cloud.announce(&pid, crate::cloud::InterruptionKind::SpotInterruption);
+                }
+            }
+            if step % 12 == 6 {
+                // Short jobs come and go, so nodes are bought, drained and consolidated all along.
+                sim.remove_pod(&format!("default/burst-{}", step.saturating_sub(36)));
+                let mut p = pod(&format!("burst-{step}"), "3", u32::from(step % 24 == 6));
+                if step % 24 == 18 {
+                    p.metadata.annotations =
+                        Some([(crate::api::labels::DO_NOT_DISRUPT.to_owned(), "true".to_owned())].into());
+                }
+                sim.add_pod(p);
+            }
             sim.clock.advance(STEP);
             sim.tick().await;
-            check_invariants(&sim, &cloud, seed, &mut orphans);
+            faults.after_step(&mut sim);
+            check_invariants(&sim, &cloud, seed, &mut orphans, &mut leftovers);
         }
         // The trouble stops; the fleet must converge.
+        sim.api.lock().clear_faults();
         for (key, _) in faults.exhausted.drain(..) {
             cloud.clear_offering_failure(&key);
         }
@@ -294,16 +397,32 @@ async fn reliability_under_random_faults() {
         for _ in 0..180 {
             sim.clock.advance(STEP);
             sim.tick().await;
-            check_invariants(&sim, &cloud, seed, &mut orphans);
+            check_invariants(&sim, &cloud, seed, &mut orphans, &mut leftovers);
         }
-        assert!(sim.pending().is_empty(), "seed {seed}: still pending after the faults stopped: {:?}", sim.pending());
-        let live = sim.live_claims().len();
-        assert!(live <= sim.cluster.pods.len(), "seed {seed}: {live} claims for {} pods", sim.cluster.pods.len());
+        // Every failed write was retried or rolled back: nothing is left half-done.
+        let snapshot = sim.api.lock().snapshot();
+        let left = sim.runtime.disruption.queue.orphaned(&snapshot);
+        assert!(left.is_empty(), "seed {seed}: left disrupted with no command: {left:?}");
+        let stuck: Vec<&String> =
+            snapshot.claims.iter().filter(|(_, c)| c.metadata.deletion_timestamp.is_some()).map(|(n, _)| n).collect();
+        assert!(stuck.is_empty(), "seed {seed}: claims still terminating long after the faults: {stuck:?}");
+        let claimed: HashSet<&str> = snapshot.claims.values().filter_map(|c| c.provider_id()).collect();
+        let leaked: Vec<String> =
+            cloud.instances().into_iter().map(|i| i.provider_id).filter(|p| !claimed.contains(p.as_str())).collect();
+        assert!(leaked.is_empty(), "seed {seed}: instances no claim owns: {leaked:?}");
+        for (write, n) in &sim.api.lock().failed_writes {
+            *bitten.entry(*write).or_default() += n;
+        }
+        forced += sim.api.lock().log.iter().filter(|l| l.starts_with("force-delete")).count();
+    }
+    // Every kind of write met its faults somewhere in the runs.
+    for write in Write::ALL {
+        assert!(bitten.get(&write).copied().unwrap_or(0) > 0, "no {write:?} ever failed: {bitten:?}, {forced} forced");
     }
 }
 
 fn on(sim: &Sim, prefix: &str) -> usize {
-    sim.cluster.pods.keys().filter(|k| k.starts_with(prefix)).count()
+    sim.api.lock().pods.keys().filter(|k| k.starts_with(prefix)).count()
 }
 
 fn daemon_set(name: &str, cpu: &str, node_selector: serde_json::Value) -> k8s_openapi::api::apps::v1::DaemonSet {
@@ -324,13 +443,13 @@ async fn daemon_sets_run_where_they_fit_and_provisioning_leaves_room_for_them() 
     sim.add_daemon_set(daemon_set("nowhere", "4", serde_json::json!({"example.com/rack": "r9"}))).unwrap();
     sim.run(Duration::from_secs(10 * 60), STEP).await;
     assert!(sim.pending().is_empty(), "the workload pods fit beside the agents: {:?}", sim.pending());
-    assert_eq!(on(&sim, "default/agent-"), sim.cluster.nodes.len(), "one agent per node");
+    assert_eq!(on(&sim, "default/agent-"), sim.api.lock().nodes.len(), "one agent per node");
     assert_eq!(on(&sim, "default/nowhere-"), 0);
     // A node's agent goes with it.
     for i in 0..6 {
         sim.remove_pod(&format!("default/p{i:02}"));
     }
     sim.run(Duration::from_secs(15 * 60), STEP).await;
-    assert!(sim.cluster.nodes.is_empty(), "agents alone do not keep a node");
+    assert!(sim.api.lock().nodes.is_empty(), "agents alone do not keep a node");
     assert_eq!(on(&sim, "default/agent-"), 0);
 }

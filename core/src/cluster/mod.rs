@@ -1,0 +1,396 @@
+//! The one port between the controllers and Kubernetes.
+//!
+//! Controllers never talk to an API server directly. They read a [`Snapshot`] (every object they decide
+//! on, at one moment) and write through a [`Cluster`], whose writes are async and can fail the way an API
+//! server's do: [`ApiErrorKind`] tells `NotFound` from `Conflict` (a stale `resourceVersion`: re-read and
+//! retry), `TooManyRequests` (an eviction a PodDisruptionBudget refuses: retry later), `Forbidden`,
+//! `Invalid`, `AlreadyExists` and `Unavailable`.
+//!
+//! Two implementations exist: `tenon run` implements the port on kube-rs (reflector stores as the
+//! snapshot), and [`memory::InMemoryApi`] is an API server in memory, with resourceVersions, finalizers
+//! and injectable faults, which `tenon simulate` and the controller tests run against.
+
+pub mod memory;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+
+use crate::api::{NodeClaim, NodePool};
+
+pub use memory::InMemoryApi;
+
+/// What kind of failure an API call met.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ApiErrorKind {
+    /// The object does not exist (404). The only answer that means "gone".
+    NotFound,
+    /// The object changed since it was read (409 with a stale `resourceVersion`): re-read and retry.
+    Conflict,
+    /// An object of that name exists already (409 on create).
+    AlreadyExists,
+    /// The caller may not do this (401, 403).
+    Forbidden,
+    /// Too many requests (429); for an eviction, a PodDisruptionBudget refuses it for now.
+    TooManyRequests,
+    /// The server rejected the object (400, 422).
+    Invalid,
+    /// The server failed or did not answer in time (5xx, timeouts, a lost connection). The write may or
+    /// may not have been applied.
+    Unavailable,
+}
+
+impl ApiErrorKind {
+    /// The name used in messages and metrics.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::NotFound => "NotFound",
+            Self::Conflict => "Conflict",
+            Self::AlreadyExists => "AlreadyExists",
+            Self::Forbidden => "Forbidden",
+            Self::TooManyRequests => "TooManyRequests",
+            Self::Invalid => "Invalid",
+            Self::Unavailable => "Unavailable",
+        }
+    }
+}
+
+/// A failed API call: what failed, on which object, and why.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{object}: {} ({message})", kind.as_str())]
+pub struct ApiError {
+    /// What kind of failure.
+    pub kind: ApiErrorKind,
+    /// The object, as `Kind/name` (`NodeClaim/gpu-00012`, `Pod/default/web-1`).
+    pub object: String,
+    /// The server's message.
+    pub message: String,
+    /// How long the server asked the caller to wait, if it said.
+    pub retry_after: Option<Duration>,
+}
+
+impl ApiError {
+    /// An error of `kind` on `object`.
+    pub fn new(kind: ApiErrorKind, object: impl Into<String>, message: impl Into<String>) -> Self {
+        Self { kind, object: object.into(), message: message.into(), retry_after: None }
+    }
+
+    /// `NotFound` on `object`.
+    pub fn not_found(object: impl Into<String>) -> Self {
+        Self::new(ApiErrorKind::NotFound, object, "not found")
+    }
+
+    /// Whether the object is gone.
+    pub fn is_not_found(&self) -> bool {
+        self.kind == ApiErrorKind::NotFound
+    }
+
+    /// Whether the write lost a race with another writer.
+    pub fn is_conflict(&self) -> bool {
+        self.kind == ApiErrorKind::Conflict
+    }
+}
+
+/// Whether an event reports something normal or something wrong.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventType {
+    /// Progress worth knowing about.
+    Normal,
+    /// Something that needs attention.
+    Warning,
+}
+
+/// A Kubernetes Event about one object.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClusterEvent {
+    /// The object's kind (`NodeClaim`, `Node`, `Pod`, `NodePool`).
+    pub kind: &'static str,
+    /// The object's namespace, for namespaced kinds.
+    pub namespace: Option<String>,
+    /// The object's name.
+    pub name: String,
+    /// Normal or Warning.
+    pub type_: EventType,
+    /// A CamelCase reason (`DisruptionLaunching`, `Unconsolidatable`, `FailedLaunch`, …).
+    pub reason: &'static str,
+    /// What happened, for a person.
+    pub message: String,
+}
+
+impl ClusterEvent {
+    /// An event about a NodeClaim.
+    pub fn claim(name: &str, type_: EventType, reason: &'static str, message: impl Into<String>) -> Self {
+        Self { kind: "NodeClaim", namespace: None, name: name.to_owned(), type_, reason, message: message.into() }
+    }
+
+    /// An event about a Node.
+    pub fn node(name: &str, type_: EventType, reason: &'static str, message: impl Into<String>) -> Self {
+        Self { kind: "Node", namespace: None, name: name.to_owned(), type_, reason, message: message.into() }
+    }
+
+    /// An event about a Pod, by `namespace/name`.
+    pub fn pod(key: &str, type_: EventType, reason: &'static str, message: impl Into<String>) -> Self {
+        let (namespace, name) = key.split_once('/').unwrap_or(("default", key));
+        Self {
+            kind: "Pod",
+            namespace: Some(namespace.to_owned()),
+            name: name.to_owned(),
+            type_,
+            reason,
+            message: message.into(),
+        }
+    }
+}
+
+/// Every object the controllers decide on, as one consistent read. Cloning is cheap: each collection is
+/// shared, and a writer copies a collection only when it changes one a snapshot still holds.
+#[derive(Debug, Clone, Default)]
+pub struct Snapshot {
+    /// Pods by `namespace/name`.
+    pub pods: Arc<BTreeMap<String, Arc<Pod>>>,
+    /// Nodes by name.
+    pub nodes: Arc<BTreeMap<String, Arc<Node>>>,
+    /// NodeClaims by name.
+    pub claims: Arc<BTreeMap<String, Arc<NodeClaim>>>,
+    /// NodePools.
+    pub pools: Arc<Vec<NodePool>>,
+    /// DaemonSets.
+    pub daemon_sets: Arc<Vec<DaemonSet>>,
+    /// PodDisruptionBudgets.
+    pub pdbs: Arc<Vec<PodDisruptionBudget>>,
+    /// VolumeAttachments: attachment name → node.
+    pub volume_attachments: Arc<BTreeMap<String, String>>,
+}
+
+impl Snapshot {
+    /// One claim.
+    pub fn claim(&self, name: &str) -> Option<&Arc<NodeClaim>> {
+        self.claims.get(name)
+    }
+
+    /// One node.
+    pub fn node(&self, name: &str) -> Option<&Arc<Node>> {
+        self.nodes.get(name)
+    }
+
+    /// One pod, by `namespace/name`.
+    pub fn pod(&self, key: &str) -> Option<&Arc<Pod>> {
+        self.pods.get(key)
+    }
+
+    /// One NodePool.
+    pub fn pool(&self, name: &str) -> Option<&NodePool> {
+        self.pools.iter().find(|p| p.name() == name)
+    }
+
+    /// The nodes whose `spec.providerID` is `provider_id` (more than one is the caller's to report).
+    pub fn nodes_with_provider_id<'a>(&'a self, provider_id: &'a str) -> impl Iterator<Item = &'a Arc<Node>> + 'a {
+        self.nodes.values().filter(move |n| node_provider_id(n) == Some(provider_id))
+    }
+
+    /// Whether a node whose `spec.providerID` is `provider_id` is being deleted.
+    pub fn node_being_deleted(&self, provider_id: &str) -> bool {
+        self.nodes_with_provider_id(provider_id).any(|n| n.metadata.deletion_timestamp.is_some())
+    }
+
+    /// The claim whose instance is `provider_id`.
+    pub fn claim_with_provider_id(&self, provider_id: &str) -> Option<&Arc<NodeClaim>> {
+        self.claims.values().find(|c| c.provider_id() == Some(provider_id))
+    }
+
+    /// The pods bound to `node`.
+    pub fn pods_on_node<'a>(&'a self, node: &'a str) -> impl Iterator<Item = &'a Arc<Pod>> + 'a {
+        self.pods.values().filter(move |p| pod_node(p) == Some(node))
+    }
+
+    /// Calls `f` with the key and node of every running pod that moves with its node: bound, not finished,
+    /// not a DaemonSet's. What the pod-events controller watches.
+    pub fn for_each_binding(&self, mut f: impl FnMut(&str, &str)) {
+        // The map is keyed by `namespace/name`, the key `pod_key` would build.
+        for (key, pod) in self.pods.iter() {
+            if let Some(node) = pod_node(pod)
+                && !pod_finished(pod)
+                && !owned_by_daemon_set(pod)
+            {
+                f(key, node);
+            }
+        }
+    }
+
+    /// Names of the VolumeAttachments still bound to a node.
+    pub fn volume_attachments(&self, node: &str) -> Vec<String> {
+        self.volume_attachments.iter().filter(|(_, n)| n.as_str() == node).map(|(v, _)| v.clone()).collect()
+    }
+
+    /// Whether some pod waits for a node: unbound and not finished.
+    pub fn any_unbound(&self) -> bool {
+        self.pods.values().any(|p| p.spec.as_ref().is_some_and(|s| s.node_name.is_none()) && !pod_finished(p))
+    }
+}
+
+/// The writes controllers make, and the snapshot they read. Every write names its object; metadata and
+/// status patches carry the `resourceVersion` of the object passed in as a precondition (none: no
+/// precondition), and return the object as written.
+#[async_trait]
+pub trait Cluster: Send + Sync {
+    /// The objects as last observed. Against an API server this lags the writes (watches deliver them
+    /// later); callers tolerate a snapshot that does not show their own last write yet.
+    fn snapshot(&self) -> Snapshot;
+
+    /// Creates a NodeClaim. The server assigns its UID, creation time and resourceVersion.
+    async fn create_claim(&self, claim: &NodeClaim) -> Result<Arc<NodeClaim>, ApiError>;
+
+    /// Writes a claim's metadata: labels, annotations, finalizers and owner references. Removing the last
+    /// finalizer of a claim being deleted removes the claim.
+    async fn patch_claim(&self, claim: &NodeClaim) -> Result<Arc<NodeClaim>, ApiError>;
+
+    /// Writes a claim's status through the status subresource.
+    async fn patch_claim_status(&self, claim: &NodeClaim) -> Result<Arc<NodeClaim>, ApiError>;
+
+    /// Deletes a claim: with finalizers it is marked (deletion timestamp) until they are removed.
+    async fn delete_claim(&self, name: &str) -> Result<(), ApiError>;
+
+    /// Writes a node's metadata (labels, annotations, finalizers, owner references) and taints.
+    async fn patch_node(&self, node: &Node) -> Result<Arc<Node>, ApiError>;
+
+    /// Deletes a node: with finalizers it is marked until they are removed.
+    async fn delete_node(&self, name: &str) -> Result<(), ApiError>;
+
+    /// Evicts a pod (`namespace/name`) through the Eviction API. `TooManyRequests` means a
+    /// PodDisruptionBudget refuses it for now.
+    async fn evict_pod(&self, key: &str) -> Result<(), ApiError>;
+
+    /// Deletes a pod without eviction (forced, after the termination grace period).
+    async fn delete_pod(&self, key: &str) -> Result<(), ApiError>;
+
+    /// Publishes an event. Best effort: an event that cannot be written is dropped.
+    async fn publish(&self, event: ClusterEvent);
+}
+
+/// A node's `spec.providerID`.
+pub fn node_provider_id(node: &Node) -> Option<&str> {
+    node.spec.as_ref()?.provider_id.as_deref()
+}
+
+/// Whether a node reports `Ready=True`.
+pub fn node_ready(node: &Node) -> bool {
+    node.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+/// Whether a node carries a taint with `key`.
+pub fn node_has_taint(node: &Node, key: &str) -> bool {
+    node.spec.iter().flat_map(|s| s.taints.iter().flatten()).any(|t| t.key == key)
+}
+
+/// `(namespace/name, node)` for a pod bound to a node, not finished and not owned by a DaemonSet.
+pub fn pod_binding(pod: &Pod) -> Option<(String, String)> {
+    let node = pod_node(pod)?;
+    (!pod_finished(pod) && !owned_by_daemon_set(pod)).then(|| (pod_key(pod), node.to_owned()))
+}
+
+/// Whether a pod has finished: its phase is `Succeeded` or `Failed`.
+pub fn pod_finished(pod: &Pod) -> bool {
+    matches!(pod.status.as_ref().and_then(|s| s.phase.as_deref()), Some("Succeeded" | "Failed"))
+}
+
+/// Whether a DaemonSet owns the pod.
+pub fn owned_by_daemon_set(pod: &Pod) -> bool {
+    pod.metadata.owner_references.iter().flatten().any(|o| o.kind == "DaemonSet")
+}
+
+/// The node a pod is bound to, from `spec.nodeName`.
+pub fn pod_node(pod: &Pod) -> Option<&str> {
+    pod.spec.as_ref()?.node_name.as_deref()
+}
+
+/// `namespace/name` of a pod.
+pub fn pod_key(pod: &Pod) -> String {
+    format!(
+        "{}/{}",
+        pod.metadata.namespace.as_deref().unwrap_or("default"),
+        pod.metadata.name.as_deref().unwrap_or_default()
+    )
+}
+
+/// How far a claim has come.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClaimProgress {
+    /// The claim is gone (deleted, or its launch failed for good).
+    Missing,
+    /// Launched or registering, not yet initialized.
+    Pending,
+    /// Initialized: Ready, startup taints gone, resources reported.
+    Initialized,
+}
+
+impl Snapshot {
+    /// How far a claim has come.
+    pub fn claim_progress(&self, claim: &str) -> ClaimProgress {
+        match self.claims.get(claim) {
+            None => ClaimProgress::Missing,
+            Some(c) if c.metadata.deletion_timestamp.is_some() => ClaimProgress::Missing,
+            Some(c) if c.is_initialized() => ClaimProgress::Initialized,
+            Some(_) => ClaimProgress::Pending,
+        }
+    }
+}
+
+/// Writes a claim's changes: its metadata if `after`'s differs from `before`'s, then its status if that
+/// differs. Returns the claim as last written (or `before` when nothing changed).
+pub async fn persist_claim(
+    cluster: &dyn Cluster,
+    before: &NodeClaim,
+    after: &NodeClaim,
+) -> Result<Arc<NodeClaim>, ApiError> {
+    let mut written: Option<Arc<NodeClaim>> = None;
+    let meta_changed = before.metadata.labels != after.metadata.labels
+        || before.metadata.annotations != after.metadata.annotations
+        || before.metadata.finalizers != after.metadata.finalizers
+        || before.metadata.owner_references != after.metadata.owner_references;
+    if meta_changed {
+        written = Some(cluster.patch_claim(after).await?);
+    }
+    if before.status != after.status {
+        let mut next = after.clone();
+        if let Some(w) = &written {
+            next.metadata.resource_version.clone_from(&w.metadata.resource_version);
+        }
+        written = Some(cluster.patch_claim_status(&next).await?);
+    }
+    Ok(written.unwrap_or_else(|| Arc::new(after.clone())))
+}
+
+/// Removes a node for good: deletes it and releases tenon's termination finalizer, so the API server lets
+/// it go. `NotFound` at either step means it is gone already.
+pub async fn remove_node(cluster: &dyn Cluster, node: &Node) -> Result<(), ApiError> {
+    let name = node.metadata.name.as_deref().unwrap_or_default();
+    match cluster.delete_node(name).await {
+        Ok(()) => {}
+        Err(e) if e.is_not_found() => return Ok(()),
+        Err(e) => return Err(e),
+    }
+    let holds = node.metadata.finalizers.iter().flatten().any(|f| f == crate::api::labels::TERMINATION_FINALIZER);
+    if holds {
+        let mut released = node.clone();
+        // The node as read: deletion only set its timestamp, so no precondition is needed to drop ours.
+        released.metadata.resource_version = None;
+        if let Some(f) = released.metadata.finalizers.as_mut() {
+            f.retain(|f| f != crate::api::labels::TERMINATION_FINALIZER);
+        }
+        match cluster.patch_node(&released).await {
+            Ok(_) => {}
+            Err(e) if e.is_not_found() => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,484 @@
+//! The controller loop shared by `tenon run` and `tenon simulate`: which controller runs when.
+//!
+//! A [`Runtime`] owns the controllers and their cadence, and nothing else decides when they run:
+//!
+//! - **provisioning**: a batch window opens on the first pod that needs a node and closes after
+//!   `batch-idle-duration` without a new one, or `batch-max-duration` at most; one scheduling pass then
+//!   turns the batch into NodeClaims;
+//! - **lifecycle**: each claim has its own schedule. A claim is reconciled when it or its node changes
+//!   (every step compares the snapshot with the last one), and again when its reconcile asked
+//!   ([`Next::After`]); a failed reconcile backs off per claim;
+//! - **interruptions**: the providers' notices are read every step;
+//! - **pod events**: every step, so `consolidateAfter` counts from the last pod that came or went;
+//! - **garbage collection**: every two minutes, sooner again after a failed run;
+//! - **disruption**: a pass every `disruption-poll-period`, commands held for the validation window, the
+//!   queue moved on every step; repair reboots are executed here.
+//!
+//! It reads through the [`Cluster`] port and writes through it, on a [`Clock`](crate::clock::Clock). [`Runtime::step`] runs
+//! whatever is due at the clock's time and says when it next wants to run ([`Runtime::next_wake`]).
+//! `tenon simulate` calls it once per simulated step, after the simulated world moved; `tenon run` calls
+//! it whenever its watches report a change or the wake time comes, over the kube-rs port.
+//!
+//! **Restart safety.** A runtime starts with nothing in memory, so its first step rebuilds what it needs
+//! from the cluster and the providers: each provider's own state through
+//! [`CloudProvider::adopt`](crate::cloud::CloudProvider::adopt); the launch cache from the instances the
+//! providers list under a claim's name (a claim whose status write was lost records its instance instead
+//! of launching a second); and disruption commands found in flight (nodes tainted
+//! `karpenter.sh/disrupted`, claims with a `DisruptionReason`, with no live command) are rolled back,
+//! as Karpenter does, before the first pass.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use jiff::Timestamp;
+
+use crate::api::{NodeClaim, NodePool, condition_types, labels};
+use crate::clock::{self, SharedClock};
+use crate::cloud::{InstanceType, ProviderRegistry, UnavailableOfferings};
+use crate::cluster::{ApiErrorKind, Cluster, ClusterEvent, EventType, Snapshot, node_has_taint, node_provider_id};
+use crate::disruption::queue::{Controller, Event};
+use crate::lifecycle::{Lifecycle, Next, PodEvents};
+use crate::provisioning::{self, Batcher, Nominations};
+use crate::settings::Settings;
+use crate::state::{ClusterState, PodInfoCache};
+
+/// How often garbage collection runs.
+pub const GC_PERIOD: Duration = Duration::from_secs(120);
+/// The longest a claim's failed reconcile waits before it is tried again.
+const RETRY_MAX: Duration = Duration::from_secs(300);
+/// How many times a claim is reconciled in one step when it asks to go on at once.
+const RECONCILES_PER_STEP: usize = 3;
+
+/// Names new NodeClaims: given a pool, a name no claim has.
+pub type NameSource = Box<dyn FnMut(&str) -> String + Send>;
+
+/// Names from a counter: `pool-00001`, `pool-00002`, … The counter is shared, so a runtime built afresh
+/// after a restart goes on where the last left off (the simulator's names stay deterministic).
+pub fn counter_names(counter: Arc<std::sync::atomic::AtomicU64>) -> NameSource {
+    Box::new(move |pool: &str| {
+        let n = counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+        format!("{pool}-{n:05}")
+    })
+}
+
+/// The controllers, and when each runs. See the [module docs](self).
+pub struct Runtime {
+    clock: SharedClock,
+    settings: Settings,
+    unavailable: Arc<UnavailableOfferings>,
+    /// The claim lifecycle controller (its counters feed the simulator's report and the metrics).
+    pub lifecycle: Lifecycle,
+    batcher: Batcher,
+    /// Pods nominated to capacity on its way.
+    pub nominations: Nominations,
+    /// The disruption controller and its queue.
+    pub disruption: Controller,
+    pod_events: PodEvents,
+    names: NameSource,
+    /// Claims scheduled for a reconcile, and when.
+    due: HashMap<String, Timestamp>,
+    /// Consecutive failed reconciles per claim, for back-off.
+    failures: HashMap<String, u32>,
+    /// The claims and nodes of the last step, to see what changed.
+    last: Option<Snapshot>,
+    next_gc: Timestamp,
+    /// Instance types per NodePool, refreshed from its provider each pass; a failed read keeps the last.
+    types: HashMap<String, Vec<InstanceType>>,
+    recovered: bool,
+    /// Disruption decisions and their outcomes, in order, until the caller takes them.
+    decisions: Vec<(Timestamp, Event)>,
+    /// For each claim still booting, the pods provisioning last planned onto it.
+    pub reserved: HashMap<String, Vec<String>>,
+    pod_infos: PodInfoCache,
+}
+
+impl std::fmt::Debug for Runtime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Runtime").field("due", &self.due.len()).field("recovered", &self.recovered).finish()
+    }
+}
+
+impl Runtime {
+    /// A runtime over the providers in `registry`, on `clock`, naming claims with `names`.
+    pub fn new(clock: SharedClock, registry: ProviderRegistry, settings: Settings, names: NameSource) -> Self {
+        let unavailable = Arc::new(UnavailableOfferings::new());
+        let mut disruption = Controller::new();
+        disruption.repair_policies = registry.providers().iter().flat_map(|p| p.repair_policies()).collect();
+        disruption.reboot_supported = true;
+        let now = clock.now();
+        Self {
+            lifecycle: Lifecycle::new(registry, unavailable.clone(), settings.clone()),
+            batcher: Batcher::from_settings(&settings),
+            clock,
+            settings,
+            unavailable,
+            nominations: Nominations::default(),
+            disruption,
+            pod_events: PodEvents::default(),
+            names,
+            due: HashMap::new(),
+            failures: HashMap::new(),
+            last: None,
+            next_gc: now,
+            types: HashMap::new(),
+            recovered: false,
+            decisions: Vec::new(),
+            reserved: HashMap::new(),
+            pod_infos: PodInfoCache::default(),
+        }
+    }
+
+    /// Shares `cache` as the unavailable-offerings cache, with a provider that marks offerings itself
+    /// (AWS marks per-override `CreateFleet` errors).
+    #[must_use]
+    pub fn with_unavailable(mut self, cache: Arc<UnavailableOfferings>) -> Self {
+        let registry = self.lifecycle.registry().clone();
+        self.lifecycle = Lifecycle::new(registry, cache.clone(), self.settings.clone());
+        self.unavailable = cache;
+        self
+    }
+
+    /// The unavailable-offerings cache provisioning and launch share.
+    pub fn unavailable(&self) -> &Arc<UnavailableOfferings> {
+        &self.unavailable
+    }
+
+    /// The settings.
+    pub fn settings(&self) -> &Settings {
+        &self.settings
+    }
+
+    /// Takes the disruption decisions made since the last call.
+    pub fn take_decisions(&mut self) -> Vec<(Timestamp, Event)> {
+        std::mem::take(&mut self.decisions)
+    }
+
+    /// When the runtime next has something to do on its own; changes in the cluster may bring it sooner.
+    pub fn next_wake(&self) -> Timestamp {
+        let now = self.clock.now();
+        let mut at = self.next_gc;
+        let mut earliest = |t: Option<Timestamp>| {
+            if let Some(t) = t {
+                at = at.min(t);
+            }
+        };
+        earliest(self.batcher.deadline());
+        earliest(self.due.values().min().copied());
+        earliest(self.disruption.next_wake());
+        if !self.disruption.queue.is_empty() || self.disruption.queue.has_marked() {
+            earliest(Some(clock::add(now, Duration::from_secs(1))));
+        }
+        at.max(now)
+    }
+
+    /// Builds the state mirror from a snapshot, with the disruption queue's marks. `None` (after a
+    /// warning) when the snapshot cannot be read: a pass is skipped rather than run on a partial view.
+    fn state(&mut self, snapshot: &Snapshot, now: Timestamp) -> Option<ClusterState> {
+        let built = ClusterState::from_snapshot(snapshot, now, &mut self.pod_infos);
+        match built {
+            Ok(mut s) => {
+                self.disruption.queue.apply(&mut s);
+                Some(s)
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cluster state cannot be built; skipping this pass");
+                None
+            }
+        }
+    }
+
+    /// Runs everything due at the clock's time.
+    pub async fn step(&mut self, cluster: &dyn Cluster) {
+        let now = self.clock.now();
+        if !self.recovered {
+            self.recover(cluster).await;
+        }
+        self.provision(cluster, now).await;
+        if let Err(e) = self.lifecycle.poll_interruptions(cluster, now).await {
+            tracing::warn!(error = %e, "interruption notices");
+        }
+        self.reconcile_claims(cluster, now).await;
+        let snapshot = cluster.snapshot();
+        self.pod_events.observe(cluster, &snapshot, now).await;
+        if now >= self.next_gc {
+            // A failed run (a throttled list) is retried next step.
+            match self.lifecycle.collect_garbage(cluster, now).await {
+                Ok(_) => self.next_gc = clock::add(now, GC_PERIOD),
+                Err(e) => tracing::warn!(error = %e, "garbage collection"),
+            }
+        }
+        self.disrupt(cluster, now).await;
+    }
+
+    /// What a fresh process rebuilds before its first decision. See the [module docs](self).
+    async fn recover(&mut self, cluster: &dyn Cluster) {
+        let snapshot = cluster.snapshot();
+        let claims: Vec<NodeClaim> = snapshot.claims.values().map(|c| NodeClaim::clone(c)).collect();
+        let mut ok = true;
+        for provider in self.lifecycle.registry().providers().to_vec() {
+            if let Err(e) = provider.adopt(&claims).await {
+                tracing::warn!(provider = provider.name(), error = %e, "adopting provider state; retried next step");
+                ok = false;
+                continue;
+            }
+            match provider.list().await {
+                Ok(instances) => {
+                    let n = self.lifecycle.adopt_launches(&snapshot, &instances);
+                    if n > 0 {
+                        tracing::info!(provider = provider.name(), claims = n, "launches taken back from the provider");
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(provider = provider.name(), error = %e, "listing instances; retried next step");
+                    ok = false;
+                }
+            }
+        }
+        self.recovered = ok;
+    }
+
+    /// Whether some node is on its way out (deleted, tainted as disrupted, or marked by the disruption
+    /// queue), so its pods need a new place.
+    fn any_leaving(&self, snapshot: &Snapshot) -> bool {
+        self.disruption.queue.has_marked()
+            || snapshot.claims.values().any(|c| c.metadata.deletion_timestamp.is_some())
+            || snapshot
+                .nodes
+                .values()
+                .any(|n| n.metadata.deletion_timestamp.is_some() || node_has_taint(n, labels::DISRUPTED_TAINT))
+    }
+
+    /// Reads each pool's offerings afresh (reserved capacity frees up, prices move); a pool whose
+    /// provider cannot be read keeps its last types.
+    async fn refresh_types(&mut self, pools: &[NodePool], now: Timestamp) -> HashMap<String, Vec<InstanceType>> {
+        let mut out = HashMap::with_capacity(pools.len());
+        for pool in pools {
+            let Ok(provider) = self.lifecycle.registry().for_pool(pool).cloned() else { continue };
+            match provider.instance_types(pool).await {
+                Ok(types) => {
+                    self.types.insert(pool.name().to_owned(), types);
+                }
+                Err(e) => tracing::debug!(pool = pool.name(), error = %e, "instance types; keeping the last"),
+            }
+            if let Some(types) = self.types.get(pool.name()) {
+                let mut types = types.clone();
+                self.unavailable.apply(provider.name(), &mut types, &[], now);
+                out.insert(pool.name().to_owned(), types);
+            }
+        }
+        out
+    }
+
+    async fn provision(&mut self, cluster: &dyn Cluster, now: Timestamp) {
+        let snapshot = cluster.snapshot();
+        // With no batch open and no pod to place, a pass would do nothing: skip building the state.
+        if !self.batcher.is_open() && !snapshot.any_unbound() && !self.any_leaving(&snapshot) {
+            return;
+        }
+        let Some(state) = self.state(&snapshot, now) else { return };
+        let waiting = state.pods_to_place().any(|p| self.nominations.target(&p.info.key, now).is_none());
+        // Pods waiting without capacity on its way open a batch window.
+        if waiting && !self.batcher.is_open() {
+            self.batcher.trigger(now);
+        }
+        if !self.batcher.ready(now) {
+            return;
+        }
+        self.batcher.reset();
+        let types = self.refresh_types(&snapshot.pools, now).await;
+        let types_for = move |p: &NodePool| types.get(p.name()).cloned().unwrap_or_default();
+        self.nominations.expire(now, |t| snapshot.claims.contains_key(t) || snapshot.nodes.contains_key(t));
+        let names = &mut self.names;
+        let mut name_for = |pool: &str| names(pool);
+        let out =
+            provisioning::provision(&state, &types_for, &mut self.nominations, &self.settings, now, &mut name_for);
+        // Pods planned in this pass are no longer planned anywhere else.
+        let planned: HashSet<&String> = out
+            .results
+            .existing
+            .iter()
+            .flat_map(|p| &p.pods)
+            .chain(out.results.claims.iter().flat_map(|c| &c.pods))
+            .collect();
+        for pods in self.reserved.values_mut() {
+            pods.retain(|p| !planned.contains(p));
+        }
+        for placed in &out.results.existing {
+            if snapshot.claims.get(&placed.node).is_some_and(|c| !c.is_true(condition_types::REGISTERED)) {
+                self.reserved.insert(placed.node.clone(), placed.pods.clone());
+            }
+        }
+        self.reserved.retain(|claim, _| snapshot.claims.contains_key(claim));
+        for (claim, plan) in out.claims.into_iter().zip(out.results.claims.iter()) {
+            match cluster.create_claim(&claim).await {
+                Ok(_) => {
+                    self.reserved.insert(claim.name().to_owned(), plan.pods.clone());
+                }
+                // A create whose answer was lost may have landed; the claim is reconciled if it did.
+                Err(e) if e.kind == ApiErrorKind::Unavailable => {
+                    tracing::warn!(claim = claim.name(), error = %e, "creating a claim: no answer");
+                    self.reserved.insert(claim.name().to_owned(), plan.pods.clone());
+                }
+                Err(e) => {
+                    // Its pods are free for the next batch.
+                    tracing::warn!(claim = claim.name(), error = %e, "creating a claim failed");
+                    self.nominations.release(claim.name());
+                    let pool = claim.node_pool().unwrap_or_default().to_owned();
+                    let message = format!("creating NodeClaim {}: {e}", claim.name());
+                    cluster.publish(pool_event(&pool, EventType::Warning, "FailedCreate", message)).await;
+                }
+            }
+        }
+    }
+
+    /// Schedules every claim that changed, or whose node changed, since the last step.
+    fn notice_changes(&mut self, snapshot: &Snapshot, now: Timestamp) {
+        let last = self.last.take();
+        let (last_claims, last_nodes) = match &last {
+            Some(l) => (Some(&l.claims), Some(&l.nodes)),
+            None => (None, None),
+        };
+        if last_claims.is_none_or(|l| !Arc::ptr_eq(l, &snapshot.claims)) {
+            for (name, claim) in snapshot.claims.iter() {
+                let same = last_claims.and_then(|l| l.get(name)).is_some_and(|old| Arc::ptr_eq(old, claim));
+                if !same {
+                    self.due.insert(name.clone(), now);
+                }
+            }
+        }
+        if let Some(old) = last_nodes
+            && !Arc::ptr_eq(old, &snapshot.nodes)
+        {
+            let mut touched: Vec<Option<String>> = Vec::new();
+            for (name, node) in snapshot.nodes.iter() {
+                if old.get(name).is_none_or(|o| !Arc::ptr_eq(o, node)) {
+                    touched.push(node_provider_id(node).map(str::to_owned));
+                    touched.push(Some(name.clone()));
+                }
+            }
+            for (name, node) in old.iter() {
+                if !snapshot.nodes.contains_key(name) {
+                    touched.push(node_provider_id(node).map(str::to_owned));
+                    touched.push(Some(name.clone()));
+                }
+            }
+            let touched: HashSet<String> = touched.into_iter().flatten().collect();
+            if !touched.is_empty() {
+                for (name, claim) in snapshot.claims.iter() {
+                    let by_pid = claim.provider_id().is_some_and(|p| touched.contains(p));
+                    let by_node =
+                        claim.status.as_ref().and_then(|s| s.node_name.as_ref()).is_some_and(|n| touched.contains(n));
+                    if by_pid || by_node || touched.contains(name) {
+                        self.due.insert(name.clone(), now);
+                    }
+                }
+            }
+        }
+        self.due.retain(|name, _| snapshot.claims.contains_key(name));
+        self.failures.retain(|name, _| snapshot.claims.contains_key(name));
+        self.last =
+            Some(Snapshot { claims: snapshot.claims.clone(), nodes: snapshot.nodes.clone(), ..Default::default() });
+    }
+
+    async fn reconcile_claims(&mut self, cluster: &dyn Cluster, now: Timestamp) {
+        let snapshot = cluster.snapshot();
+        self.notice_changes(&snapshot, now);
+        let mut ready: Vec<String> = self.due.iter().filter(|(_, at)| **at <= now).map(|(n, _)| n.clone()).collect();
+        ready.sort_unstable();
+        for name in ready {
+            let mut next = Next::Done;
+            let mut failed = None;
+            for _ in 0..RECONCILES_PER_STEP {
+                match self.lifecycle.reconcile(cluster, &name, now).await {
+                    Ok(Next::After(d)) if d.is_zero() => next = Next::After(d),
+                    Ok(n) => {
+                        next = n;
+                        break;
+                    }
+                    Err(e) => {
+                        failed = Some(e);
+                        break;
+                    }
+                }
+            }
+            match failed {
+                Some(e) => {
+                    let n = self.failures.entry(name.clone()).or_default();
+                    *n += 1;
+                    // A conflict only needs a fresh read; anything else backs off, 1 s doubling.
+                    let wait = match &e {
+                        crate::lifecycle::LifecycleError::Api(a) if a.is_conflict() => Duration::from_secs(1),
+                        _ => (Duration::from_secs(1) * 2u32.saturating_pow((*n - 1).min(16))).min(RETRY_MAX),
+                    };
+                    tracing::debug!(claim = %name, error = %e, ?wait, "reconcile failed");
+                    self.due.insert(name, clock::add(now, wait));
+                }
+                None => {
+                    self.failures.remove(&name);
+                    match next {
+                        // Still going on at once after the step's share: the next step picks it up.
+                        Next::After(d) => {
+                            self.due.insert(name, clock::add(now, d));
+                        }
+                        Next::Done => {
+                            self.due.remove(&name);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    async fn disrupt(&mut self, cluster: &dyn Cluster, now: Timestamp) {
+        let snapshot = cluster.snapshot();
+        // Disruption prices against current offerings: owned machines freed, spot prices moved.
+        let types = self.refresh_types(&snapshot.pools, now).await;
+        let Some(state) = self.state(&snapshot, now) else { return };
+        let types_for = move |p: &NodePool| types.get(p.name()).cloned().unwrap_or_default();
+        let inputs = crate::disruption::Inputs { state: &state, types_for: &types_for, settings: &self.settings, now };
+        let names = &mut self.names;
+        let mut name_for = |pool: &str| names(pool);
+        let events = self.disruption.tick(&inputs, cluster, &mut self.nominations, &mut name_for).await;
+        for e in events {
+            if let Event::Reboot { node, claim } = &e {
+                self.reboot(cluster, &snapshot, node, claim).await;
+            }
+            self.decisions.push((now, e));
+        }
+    }
+
+    /// The executor's half of a repair reboot: taint the node and ask its provider.
+    async fn reboot(&mut self, cluster: &dyn Cluster, snapshot: &Snapshot, node: &str, claim: &str) {
+        let Some(c) = snapshot.claim(claim) else { return };
+        if let Some(n) = snapshot.node(node)
+            && !node_has_taint(n, labels::REBOOTING_TAINT)
+        {
+            let mut n = k8s_openapi::api::core::v1::Node::clone(n);
+            let taints = n.spec.get_or_insert_with(Default::default).taints.get_or_insert_with(Vec::new);
+            taints.push(crate::scheduling::taints::taint(labels::REBOOTING_TAINT, None, "NoSchedule"));
+            if let Err(e) = cluster.patch_node(&n).await {
+                tracing::warn!(node, error = %e, "tainting a node to reboot");
+                self.disruption.repairer.reboot_failed(node);
+                return;
+            }
+        }
+        let provider = match self.lifecycle.registry().for_claim(c) {
+            Ok(p) => p.clone(),
+            Err(_) => {
+                self.disruption.repairer.reboot_failed(node);
+                return;
+            }
+        };
+        if let Err(e) = provider.reboot(c).await {
+            tracing::warn!(node, error = %e, "reboot failed");
+            self.disruption.repairer.reboot_failed(node);
+        } else {
+            cluster.publish(ClusterEvent::node(node, EventType::Normal, "Rebooting", "rebooting for repair")).await;
+        }
+    }
+}
+
+fn pool_event(pool: &str, type_: EventType, reason: &'static str, message: String) -> ClusterEvent {
+    ClusterEvent { kind: "NodePool", namespace: None, name: pool.to_owned(), type_, reason, message }
+}
