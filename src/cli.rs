@@ -5,7 +5,7 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
 use tenon_core::settings::{self, Loaded};
 
@@ -105,23 +105,13 @@ fn config_flags(cli: &Cli) -> Result<Vec<(String, String)>> {
     cli.config.as_deref().map_or_else(|| Ok(Vec::new()), crate::simulate::settings_file)
 }
 
-/// The NodeClass CRDs of the providers built into the binary.
-fn node_class_crds() -> Vec<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>
-{
-    use kube::CustomResourceExt;
-    #[allow(unused_mut)]
-    let mut crds = vec![tenon_self_managed::SelfManagedNodeClass::crd()];
-    #[cfg(feature = "aws")]
-    crds.push(tenon_providers::aws::EC2NodeClass::crd());
-    crds
-}
-
 fn execute(operator: Operator, cli: Cli) -> Result<ExitCode> {
     let mut out = std::io::stdout().lock();
     match &cli.command {
         Command::Crds => {
             write!(out, "{}", tenon_core::api::crds_yaml().context("rendering the CRDs")?)?;
-            for crd in node_class_crds() {
+            let crds = if operator.has_builtins() { crate::builtins::crds() } else { Vec::new() };
+            for crd in crds {
                 write!(out, "---\n{}", serde_yaml_ng::to_string(&crd).context("rendering the CRDs")?)?;
             }
         }
@@ -131,12 +121,16 @@ fn execute(operator: Operator, cli: Cli) -> Result<ExitCode> {
         }
         Command::Providers => {
             let registry = operator.registry()?;
-            if registry.providers().is_empty() {
+            let builtins = if operator.has_builtins() { crate::builtins::BUILTINS } else { &[] };
+            if registry.providers().is_empty() && builtins.is_empty() {
                 writeln!(out, "no providers are built into this binary")?;
             }
             for p in registry.providers() {
                 let kinds: Vec<String> = p.descriptor().node_classes.iter().map(ToString::to_string).collect();
                 writeln!(out, "{:<16} {}", p.name(), kinds.join(", "))?;
+            }
+            for b in builtins {
+                writeln!(out, "{:<16} {}/{}", b.name, b.group, b.kind)?;
             }
         }
         Command::Plan { files, output, now } => {
@@ -197,9 +191,23 @@ fn execute(operator: Operator, cli: Cli) -> Result<ExitCode> {
                 Output::Text => crate::simulate::print_text(&mut out, &report)?,
             }
         }
-        Command::Run => bail!("`tenon run` is not built yet"),
+        Command::Run => {
+            let loaded = load_settings(&cli)?;
+            init_logging(&loaded.settings.log_level);
+            crate::builtins::check(&loaded.settings)?;
+            let builtins = operator.has_builtins();
+            crate::run::run(operator.registry()?, builtins, loaded.settings)?;
+        }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Logs to stderr at `level` (`RUST_LOG` overrides it).
+fn init_logging(level: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi).try_init();
 }
 
 fn print_settings(out: &mut impl Write, loaded: &Loaded) -> Result<()> {

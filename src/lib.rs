@@ -15,9 +15,14 @@
 //!
 //! See `examples/custom_provider.rs` for a complete provider.
 
+pub mod builtins;
 mod cli;
+pub mod kube;
+pub mod kwok;
+pub mod metrics;
 pub mod plan;
 pub mod report;
+pub mod run;
 pub mod simulate;
 
 use std::process::ExitCode;
@@ -31,6 +36,7 @@ pub use cli::Cli;
 #[derive(Debug, Default)]
 pub struct Operator {
     providers: Vec<DynCloudProvider>,
+    builtins: bool,
 }
 
 impl Operator {
@@ -44,6 +50,19 @@ impl Operator {
     pub fn provider(mut self, provider: impl CloudProvider) -> Self {
         self.providers.push(Arc::new(provider));
         self
+    }
+
+    /// Adds the providers built into the `tenon` binary ([`builtins::BUILTINS`]), which `tenon run` builds
+    /// and registers from settings when it connects to the cluster.
+    #[must_use]
+    pub fn builtins(mut self) -> Self {
+        self.builtins = true;
+        self
+    }
+
+    /// Whether the built-in providers are added.
+    pub fn has_builtins(&self) -> bool {
+        self.builtins
     }
 
     /// Adds an already shared provider.

@@ -8,5 +8,5 @@ use std::process::ExitCode;
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
-    tenon::Operator::builder().run_cli()
+    tenon::Operator::builder().builtins().run_cli()
 }

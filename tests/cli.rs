@@ -29,7 +29,12 @@ fn crds_prints_the_karpenter_kinds_and_the_node_classes_built_in() {
     let docs: Vec<serde_json::Value> =
         stdout(&out).split("---\n").map(|d| serde_yaml_ng::from_str(d).expect("valid YAML")).collect();
     let names: Vec<&str> = docs.iter().filter_map(|d| d["metadata"]["name"].as_str()).collect();
-    let mut expected = vec!["nodepools.karpenter.sh", "nodeclaims.karpenter.sh", "selfmanagednodeclasses.tenon.dev"];
+    let mut expected = vec![
+        "nodepools.karpenter.sh",
+        "nodeclaims.karpenter.sh",
+        "kwoknodeclasses.tenon.dev",
+        "selfmanagednodeclasses.tenon.dev",
+    ];
     if cfg!(feature = "aws") {
         expected.push("ec2nodeclasses.karpenter.k8s.aws");
     }
@@ -74,10 +79,23 @@ fn a_bad_setting_is_an_error_naming_the_key() {
 }
 
 #[test]
-fn run_is_not_built_yet_and_says_so() {
-    let out = tenon(&["run"], &[]);
+fn run_refuses_an_unknown_provider_and_a_missing_cluster_before_doing_anything() {
+    let out = tenon(&["run"], &[("PROVIDERS", "kwok,gce")]);
     assert!(!out.status.success());
-    assert!(stderr(&out).contains("not built yet"), "{}", stderr(&out));
+    assert!(stderr(&out).contains("providers: \"gce\" is not a built-in provider"), "{}", stderr(&out));
+    let nowhere = std::env::temp_dir().join(format!("tenon-no-kubeconfig-{}", std::process::id()));
+    let out = tenon(&["run"], &[("KUBECONFIG", nowhere.to_str().unwrap()), ("KUBERNETES_SERVICE_HOST", "")]);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("connecting to the cluster"), "{}", stderr(&out));
+}
+
+#[test]
+fn providers_lists_the_built_in_providers_and_their_node_classes() {
+    let out = tenon(&["providers"], &[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(text.contains("kwok") && text.contains("tenon.dev/KwokNodeClass"), "{text}");
+    assert!(text.contains("self-managed") && text.contains("tenon.dev/SelfManagedNodeClass"), "{text}");
 }
 
 #[test]

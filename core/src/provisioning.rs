@@ -220,6 +220,17 @@ pub fn node_claim(plan: &ClaimPlan, pool: &NodePool, name: &str) -> NodeClaim {
     annotations.insert(labels::NODEPOOL_HASH.to_owned(), pool.template_hash());
     claim.metadata.annotations = Some(annotations);
     claim.metadata.finalizers = Some(vec![labels::TERMINATION_FINALIZER.to_owned()]);
+    // Owned by its pool, so deleting the pool cascades to its claims (a pool read from a file has no UID).
+    if let Some(uid) = &pool.metadata.uid {
+        claim.metadata.owner_references = Some(vec![k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+            api_version: "karpenter.sh/v1".into(),
+            kind: "NodePool".into(),
+            name: pool.name().to_owned(),
+            uid: uid.clone(),
+            block_owner_deletion: Some(true),
+            controller: None,
+        }]);
+    }
     claim
 }
 

@@ -235,6 +235,49 @@ pub const SETTINGS: &[SettingSpec] = &[
         "Whether scheduling honours preferred affinities and ScheduleAnyway spreads.",
     ),
     s("log-level", "LOG_LEVEL", "info", Kind::OneOf(&["error", "warn", "info", "debug", "trace"]), "Log verbosity."),
+    s(
+        "providers",
+        "PROVIDERS",
+        "",
+        Kind::Text,
+        "The built-in providers `tenon run` registers, comma-separated (aws, self-managed, kwok); empty registers every one built in.",
+    ),
+    s(
+        "leader-election-name",
+        "LEADER_ELECTION_NAME",
+        "tenon-leader-election",
+        Kind::Text,
+        "The coordination.k8s.io Lease the replicas of `tenon run` elect their leader on, in the pod's namespace.",
+    ),
+    s(
+        "disable-leader-election",
+        "DISABLE_LEADER_ELECTION",
+        "false",
+        Kind::Bool,
+        "Run without leader election (one replica only).",
+    ),
+    s("metrics-port", "METRICS_PORT", "8080", Kind::Count, "The port `tenon run` serves /metrics on."),
+    s(
+        "health-probe-port",
+        "HEALTH_PROBE_PORT",
+        "8081",
+        Kind::Count,
+        "The port `tenon run` serves /healthz and /readyz on.",
+    ),
+    s(
+        "kwok-catalog",
+        "KWOK_CATALOG",
+        "",
+        Kind::Text,
+        "An InstanceCatalog file the simulated-node provider offers; empty offers its built-in catalog.",
+    ),
+    s(
+        "kwok-registration-delay",
+        "KWOK_REGISTRATION_DELAY",
+        "5s",
+        Kind::Duration,
+        "How long a simulated node takes to appear after its claim launches.",
+    ),
 ];
 
 /// Where a setting's value came from.
@@ -411,6 +454,20 @@ pub struct Settings {
     pub preference_policy: PreferencePolicy,
     /// Log level.
     pub log_level: String,
+    /// The built-in providers to register (empty: all built in).
+    pub providers: Vec<String>,
+    /// The leader-election Lease's name.
+    pub leader_election_name: String,
+    /// Whether leader election is off.
+    pub disable_leader_election: bool,
+    /// The metrics port.
+    pub metrics_port: u16,
+    /// The health-probe port.
+    pub health_probe_port: u16,
+    /// The simulated-node provider's InstanceCatalog file (`None`: its built-in catalog).
+    pub kwok_catalog: Option<String>,
+    /// How long a simulated node takes to appear.
+    pub kwok_registration_delay: Duration,
 }
 
 impl Default for Settings {
@@ -566,6 +623,10 @@ impl Settings {
                 .parse::<u32>()
                 .map_err(|_| err(name(spec, src), src, format!("{v:?} is not a non-negative integer")))
         };
+        let port = |key: &str| {
+            let (spec, v, src) = get(key);
+            v.trim().parse::<u16>().map_err(|_| err(name(spec, src), src, format!("{v:?} is not a port number")))
+        };
         let percent = |key: &str| {
             let (spec, v, src) = get(key);
             parse_percent(v).map_err(|e| err(name(spec, src), src, e))
@@ -613,6 +674,19 @@ impl Settings {
                 PreferencePolicy::Respect
             },
             log_level: one_of("log-level")?,
+            providers: get("providers")
+                .1
+                .split(',')
+                .map(str::trim)
+                .filter(|p| !p.is_empty())
+                .map(str::to_owned)
+                .collect(),
+            leader_election_name: get("leader-election-name").1.trim().to_owned(),
+            disable_leader_election: boolean("disable-leader-election")?,
+            metrics_port: port("metrics-port")?,
+            health_probe_port: port("health-probe-port")?,
+            kwok_catalog: Some(get("kwok-catalog").1.trim().to_owned()).filter(|c| !c.is_empty()),
+            kwok_registration_delay: duration("kwok-registration-delay")?,
         })
     }
 }

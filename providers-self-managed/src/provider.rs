@@ -773,6 +773,15 @@ impl CloudProvider for SelfManagedProvider {
         PROVIDER_NAME
     }
 
+    /// The runtime's restart hook: [`SelfManagedProvider::adopt`].
+    async fn adopt(&self, claims: &[NodeClaim]) -> Result<(), CloudError> {
+        let adopted = SelfManagedProvider::adopt(self, claims);
+        if adopted != Adopted::default() {
+            tracing::info!(machines = adopted.machines, burst = adopted.burst, "took back what the claims hold");
+        }
+        Ok(())
+    }
+
     fn descriptor(&self) -> ProviderDescriptor {
         ProviderDescriptor {
             node_classes: vec![NodeClassKind::new(GROUP, KIND)],
