@@ -663,6 +663,44 @@ impl CloudProvider for KwokProvider {
         Ok(self.instance_types.clone())
     }
 
+    /// After a restart: a claim launched on this cluster but not yet registered whose Node does not
+    /// exist was still waiting out its registration delay when the last process stopped; its Node is
+    /// created now, so the claim does not wait for its registration timeout. (A registered claim whose
+    /// Node is gone is gone, and left to the core.)
+    async fn adopt(&self, claims: &[NodeClaim]) -> Result<(), CloudError> {
+        for claim in claims {
+            let Some(pid) = claim.provider_id() else { continue };
+            let Some(name) = self.node_name_of(pid) else { continue };
+            let registered = claim.is_true(tenon_core::api::condition_types::REGISTERED);
+            if registered || claim.metadata.deletion_timestamp.is_some() || lock(&self.pending).contains_key(name) {
+                continue;
+            }
+            match self.nodes.get_opt(name).await {
+                Ok(Some(_)) => continue,
+                Ok(None) => {}
+                Err(e) => return Err(api_error(e, &format!("Node/{name}"))),
+            }
+            let offering = claim.label(labels::INSTANCE_TYPE).and_then(|t| {
+                let it = self.instance_types.iter().find(|x| x.name == t)?;
+                let zone = claim.label(labels::ZONE)?;
+                let ct = claim.label(labels::CAPACITY_TYPE).and_then(CapacityType::parse)?;
+                Some((it, it.offerings.iter().find(|o| o.zone == zone && o.capacity_type == ct)?))
+            });
+            let Some((it, offering)) = offering else { continue };
+            let launched = claim
+                .condition(tenon_core::api::condition_types::LAUNCHED)
+                .and_then(|c| c.last_transition_time)
+                .unwrap_or_else(Timestamp::now);
+            let node = self.node_for(claim, it, offering, launched);
+            match self.nodes.create(&PostParams::default(), &node).await {
+                Ok(_) => tracing::info!(claim = claim.name(), "created the kwok node a restart interrupted"),
+                Err(kube::Error::Api(s)) if s.code == 409 => {}
+                Err(e) => return Err(api_error(e, &format!("Node/{name}"))),
+            }
+        }
+        Ok(())
+    }
+
     async fn create(&self, claim: &NodeClaim, options: &LaunchOptions) -> Result<Instance, CloudError> {
         let name = claim.name();
         if name.is_empty() {

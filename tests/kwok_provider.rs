@@ -569,3 +569,28 @@ async fn the_node_class_crd_installs_and_a_node_class_applies() {
         classes.delete(&n, &DeleteParams::default()).await.unwrap();
     }
 }
+
+/// A Node still waiting out its registration delay when the process stopped is created by the restarted
+/// provider's adoption hook, so its claim does not wait for the registration timeout.
+#[tokio::test]
+async fn a_restarted_provider_creates_the_nodes_an_interrupted_launch_left_unmade() {
+    let cluster = unique("kwok-adopt");
+    // The first process launches with a long registration delay, then dies before the Node is made.
+    let first = provider(&cluster, Duration::from_secs(3600)).await;
+    let name = unique("adopt");
+    let c = claim(&name, vec![req(labels::CAPACITY_TYPE, &["on-demand"])]);
+    let i = first.create(&c, &LaunchOptions::default()).await.unwrap();
+    let mut c = launched(c, &i.provider_id);
+    c.metadata.labels.get_or_insert_with(Default::default).extend(i.labels.clone());
+    let restarted = provider(&cluster, Duration::ZERO).await;
+    assert!(restarted.get(&i.provider_id).await.unwrap_err().is_not_found(), "no Node yet");
+    restarted.adopt(std::slice::from_ref(&c)).await.unwrap();
+    let node = node_exists(&name).await;
+    assert_eq!(node.spec.as_ref().and_then(|s| s.provider_id.as_deref()), Some(i.provider_id.as_str()));
+    assert_eq!(restarted.get(&i.provider_id).await.unwrap().instance_type, i.instance_type);
+    // Adopting again changes nothing.
+    restarted.adopt(std::slice::from_ref(&c)).await.unwrap();
+    delete_until_gone(&restarted, &c).await;
+    node_gone(&name).await;
+    drop(first);
+}

@@ -1,6 +1,8 @@
-//! `tenon run` against a real control plane (`scripts/peers/kube.sh`, started by `scripts/test.sh`): the
-//! operator binary provisions simulated nodes for pending pods, kube-scheduler binds them, every claim
-//! initializes, and the operator serves its health and metrics endpoints.
+//! `tenon run` against a real control plane (`scripts/peers/kube.sh`, started by `scripts/test.sh`), with
+//! the simulated-node provider and kwok as the nodes' kubelet: pending pods get nodes that register and
+//! initialize and kube-scheduler binds every pod; a scaled-down fleet is consolidated through evictions
+//! that honour a PDB; a kill in the middle of a disruption leaks nothing; of two replicas one leads and the
+//! other takes over; bad input gets a condition and nothing is applied.
 #![allow(clippy::expect_used, clippy::unwrap_used)] // test helpers outside #[test] functions unwrap too
 
 use std::io::Write;
@@ -43,6 +45,32 @@ fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0").expect("a free port").local_addr().expect("its address").port()
 }
 
+/// One cluster name for every operator these tests start: each test cleans up what it made, and a
+/// test's operator would garbage-collect another cluster name's leftovers as vanished.
+const CLUSTER: &str = "tenon-e2e";
+
+/// The tests share one API server, and an operator acts on every NodePool and pod it sees: they run one
+/// at a time.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Deletes what a test made and waits until the (still running) operator has drained and removed the
+/// pool's nodes: the pool's claims go with it (they are owned by it).
+fn clean_up(id: &str, pools: &[&str]) {
+    ok(&kubectl(&["delete", "namespace", id, "--ignore-not-found", "--wait=false"], ""), "deleting the namespace");
+    for pool in pools {
+        ok(&kubectl(&["delete", "nodepool", pool, "--ignore-not-found", "--wait=false"], ""), "deleting the pool");
+    }
+    for pool in pools {
+        poll("the pool's claims and nodes to go", Duration::from_secs(180), || {
+            (claims_of(pool).is_empty() && nodes_of(pool).is_empty()).then_some(())
+        });
+    }
+}
+
 /// Polls `check` every half second until it answers, or fails the test at `deadline`.
 fn poll<T>(what: &str, deadline: Duration, mut check: impl FnMut() -> Option<T>) -> T {
     let until = Instant::now() + deadline;
@@ -63,15 +91,15 @@ struct Operator {
 }
 
 impl Operator {
-    /// `tenon run` for cluster `cluster` with `env` on top of the test's defaults.
-    fn start_with(cluster: &str, identity: &str, env_vars: &[(&str, &str)]) -> Self {
+    /// `tenon run` named `identity`, with `env_vars` on top of the test's defaults.
+    fn start_with(identity: &str, env_vars: &[(&str, &str)]) -> Self {
         let (_, kubeconfig) = env();
         let (health, metrics) = (free_port(), free_port());
         let log = std::fs::File::create(std::env::temp_dir().join(format!("{identity}.log"))).expect("a log file");
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_tenon"));
         cmd.arg("run")
             .env("KUBECONFIG", kubeconfig)
-            .env("CLUSTER_NAME", cluster)
+            .env("CLUSTER_NAME", CLUSTER)
             .env("POD_NAME", identity)
             .env("POD_NAMESPACE", "default")
             .env("HEALTH_PROBE_PORT", health.to_string())
@@ -86,10 +114,9 @@ impl Operator {
         Self { child, health, metrics }
     }
 
-    fn start(cluster: &str) -> Self {
+    fn start(identity: &str) -> Self {
         Self::start_with(
-            cluster,
-            cluster,
+            identity,
             &[("PROVIDERS", "kwok"), ("KWOK_REGISTRATION_DELAY", "1s"), ("DISABLE_LEADER_ELECTION", "true")],
         )
     }
@@ -133,6 +160,7 @@ fn install_crds() {
 
 #[test]
 fn pending_pods_get_simulated_nodes_that_register_initialize_and_run_them() {
+    let _serial = serial();
     install_crds();
     let id = format!("e2e-{}", std::process::id());
     let manifests = format!(
@@ -209,19 +237,18 @@ spec:
     assert_eq!(code, 200);
     assert!(metrics.contains("karpenter_cluster_state_synced 1"), "{metrics}");
     assert!(!metrics.contains("karpenter_nodeclaims_created_total 0\n"), "{metrics}");
-    let events = ok(&kubectl(&["get", "events", "-A", "-o", "json"], ""), "listing events");
-    let _ = events;
+    clean_up(&id, &[&id]);
 }
 
 /// Two replicas: exactly one leads; when the leader is killed outright, the other takes over within the
 /// lease's duration; a leader stopped with SIGTERM releases the lease, so the other takes over at once.
 #[test]
 fn one_of_two_replicas_leads_and_the_other_takes_over() {
+    let _serial = serial();
     install_crds();
     let id = format!("le-{}", std::process::id());
     let replica = |n: usize| {
         Operator::start_with(
-            &id,
             &format!("{id}-{n}"),
             &[("PROVIDERS", "self-managed"), ("LEADER_ELECTION_NAME", id.as_str())],
         )
@@ -262,4 +289,295 @@ fn one_of_two_replicas_leads_and_the_other_takes_over() {
     poll("the third replica to take over", Duration::from_secs(30), || third.leads().filter(|l| *l));
     assert!(stopped.elapsed() < Duration::from_secs(tenon::run::LEASE_DURATION_SECONDS), "the lease was not released");
     assert_eq!(holder(&id), format!("{id}-3"));
+}
+
+/// The claims of NodePool `pool`, as JSON.
+fn claims_of(pool: &str) -> Vec<serde_json::Value> {
+    let selector = format!("karpenter.sh/nodepool={pool}");
+    let out = kubectl(&["get", "nodeclaims", "-l", &selector, "-o", "json"], "");
+    let list: serde_json::Value = serde_json::from_str(&ok(&out, "listing claims")).expect("JSON");
+    list["items"].as_array().cloned().unwrap_or_default()
+}
+
+/// The nodes of NodePool `pool`, as JSON.
+fn nodes_of(pool: &str) -> Vec<serde_json::Value> {
+    let selector = format!("karpenter.sh/nodepool={pool}");
+    let out = kubectl(&["get", "nodes", "-l", &selector, "-o", "json"], "");
+    let list: serde_json::Value = serde_json::from_str(&ok(&out, "listing nodes")).expect("JSON");
+    list["items"].as_array().cloned().unwrap_or_default()
+}
+
+fn has_condition(o: &serde_json::Value, type_: &str, status: &str) -> bool {
+    o["status"]["conditions"]
+        .as_array()
+        .is_some_and(|cs| cs.iter().any(|c| c["type"] == type_ && c["status"] == status))
+}
+
+fn tainted_disrupted(node: &serde_json::Value) -> bool {
+    node["spec"]["taints"].as_array().is_some_and(|ts| ts.iter().any(|t| t["key"] == "karpenter.sh/disrupted"))
+}
+
+/// The pods of `namespace` bound to a node, by name.
+fn bound_pods(namespace: &str) -> Vec<(String, String)> {
+    let out = kubectl(
+        &[
+            "get",
+            "pods",
+            "-n",
+            namespace,
+            "-o",
+            "jsonpath={range .items[*]}{.metadata.name} {.spec.nodeName}{\"\\n\"}{end}",
+        ],
+        "",
+    );
+    ok(&out, "listing pods")
+        .lines()
+        .filter_map(|l| l.split_once(' ').filter(|(_, n)| !n.is_empty()).map(|(p, n)| (p.to_owned(), n.to_owned())))
+        .collect()
+}
+
+/// A consolidating pool on simulated nodes, a Deployment of `replicas` one-CPU pods on it, and a PDB
+/// keeping two of them up.
+fn consolidating_workload(id: &str, replicas: u32) -> String {
+    format!(
+        r#"apiVersion: tenon.dev/v1alpha1
+kind: KwokNodeClass
+metadata: {{name: {id}}}
+spec: {{}}
+---
+apiVersion: karpenter.sh/v1
+kind: NodePool
+metadata: {{name: {id}}}
+spec:
+  template:
+    metadata:
+      labels: {{tenon.dev/e2e: {id}}}
+    spec:
+      nodeClassRef: {{group: tenon.dev, kind: KwokNodeClass, name: {id}}}
+      requirements:
+      - {{key: karpenter.sh/capacity-type, operator: In, values: [on-demand]}}
+  disruption:
+    consolidationPolicy: WhenEmptyOrUnderutilized
+    consolidateAfter: 0s
+    budgets: [{{nodes: "100%"}}]
+---
+apiVersion: v1
+kind: Namespace
+metadata: {{name: {id}}}
+---
+apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata: {{name: web, namespace: {id}}}
+spec:
+  minAvailable: 2
+  selector: {{matchLabels: {{app: web}}}}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {{name: web, namespace: {id}}}
+spec:
+  replicas: {replicas}
+  selector: {{matchLabels: {{app: web}}}}
+  template:
+    metadata: {{labels: {{app: web}}}}
+    spec:
+      nodeSelector: {{tenon.dev/e2e: {id}}}
+      containers:
+      - name: web
+        image: registry.invalid/web
+        resources: {{requests: {{cpu: "1", memory: 1Gi}}}}
+"#
+    )
+}
+
+fn consolidating_operator(identity: &str) -> Operator {
+    Operator::start_with(
+        identity,
+        &[
+            ("PROVIDERS", "kwok"),
+            ("KWOK_REGISTRATION_DELAY", "1s"),
+            ("DISABLE_LEADER_ELECTION", "true"),
+            ("COMMAND_VALIDATION_DELAY", "3s"),
+            ("DISRUPTION_POLL_PERIOD", "5s"),
+        ],
+    )
+}
+
+/// Nothing of the pool is left half-done: no live node tainted `karpenter.sh/disrupted`, no live claim
+/// with a disruption reason, every node owned by a claim, every pod bound.
+fn settled(id: &str, replicas: usize) -> Option<usize> {
+    let claims = claims_of(id);
+    let live: Vec<&serde_json::Value> =
+        claims.iter().filter(|c| c["metadata"]["deletionTimestamp"].is_null()).collect();
+    if live.len() != claims.len() {
+        return None;
+    }
+    if live.iter().any(|c| has_condition(c, "DisruptionReason", "True")) {
+        return None;
+    }
+    let nodes = nodes_of(id);
+    if nodes.iter().any(tainted_disrupted) || nodes.len() != live.len() {
+        return None;
+    }
+    let names: Vec<&str> = live.iter().filter_map(|c| c["status"]["nodeName"].as_str()).collect();
+    if nodes.iter().any(|n| !names.contains(&n["metadata"]["name"].as_str().unwrap_or_default())) {
+        return None;
+    }
+    (bound_pods(id).len() == replicas).then_some(live.len())
+}
+
+/// Scaled down, the fleet shrinks: consolidation deletes or replaces the emptied and underused nodes,
+/// draining them through the Eviction API (the PDB keeps two pods up), and every pod stays bound.
+#[test]
+fn a_scaled_down_fleet_is_consolidated_through_evictions_that_honour_the_pdb() {
+    let _serial = serial();
+    install_crds();
+    let id = format!("cons-{}", std::process::id());
+    ok(&kubectl(&["apply", "--server-side", "-f", "-"], &consolidating_workload(&id, 20)), "applying the workload");
+    let operator = consolidating_operator(&id);
+    let before = poll("20 pods on a settled fleet", Duration::from_secs(240), || settled(&id, 20));
+    ok(&kubectl(&["scale", "deployment", "web", "-n", &id, "--replicas=3"], ""), "scaling down");
+    let after = poll("a smaller settled fleet", Duration::from_secs(300), || settled(&id, 3).filter(|n| *n < before));
+    assert!(after < before, "{after} nodes after, {before} before");
+    // Three run, and the server's PDB shows its budget met.
+    let pdb = ok(&kubectl(&["get", "pdb", "web", "-n", &id, "-o", "json"], ""), "reading the PDB");
+    let pdb: serde_json::Value = serde_json::from_str(&pdb).expect("JSON");
+    assert!(pdb["status"]["currentHealthy"].as_i64().unwrap_or(0) >= 2, "{pdb}");
+    let events = ok(&kubectl(&["get", "events", "-A", "-o", "json"], ""), "listing events");
+    assert!(events.contains("DisruptionTerminating"), "the disruption is reported in events");
+    clean_up(&id, &[&id]);
+    drop(operator);
+}
+
+/// Killed in the middle of a disruption command and restarted, tenon leaks nothing: no node left
+/// tainted, no orphan node, no claim left with a disruption reason, one node per claim, and the fleet
+/// consolidated back to no more nodes than before.
+#[test]
+fn a_restart_in_the_middle_of_a_disruption_leaks_nothing() {
+    let _serial = serial();
+    install_crds();
+    let id = format!("restart-{}", std::process::id());
+    ok(&kubectl(&["apply", "--server-side", "-f", "-"], &consolidating_workload(&id, 12)), "applying the workload");
+    let first = consolidating_operator(&format!("{id}-1"));
+    let before = poll("12 pods on a settled fleet", Duration::from_secs(240), || settled(&id, 12));
+    // Three replicas: the PDB (two must stay up) lets one pod move at a time.
+    ok(&kubectl(&["scale", "deployment", "web", "-n", &id, "--replicas=3"], ""), "scaling down");
+    // The moment a command has tainted a candidate, the process dies.
+    poll("a disruption command to start", Duration::from_secs(120), || {
+        nodes_of(&id).iter().any(tainted_disrupted).then_some(())
+    });
+    first.signal("-KILL");
+    drop(first);
+    let second = consolidating_operator(&format!("{id}-2"));
+    let until = Instant::now() + Duration::from_secs(300);
+    // A replacement the first process created for the command it never finished is real capacity now;
+    // consolidation takes the fleet back down, with every node owned by a claim all along.
+    let after = loop {
+        if let Some(n) = settled(&id, 3).filter(|n| *n <= before) {
+            break n;
+        }
+        if Instant::now() >= until {
+            let state = kubectl(&["get", "nodeclaims,nodes,pods", "-A", "-o", "wide"], "");
+            let claims = serde_json::to_string_pretty(&claims_of(&id)).unwrap_or_default();
+            panic!(
+                "the restarted operator did not settle the fleet in 300 s:\n{}\n{claims}",
+                String::from_utf8_lossy(&state.stdout)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    assert!(after <= before, "no more nodes than before: {after} against {before}");
+    clean_up(&id, &[&id]);
+    drop(second);
+}
+
+/// Bad input gets a condition and nothing is applied: a NodePool the API server accepts but tenon's
+/// validation refuses is marked and never provisioned from; a NodeClaim whose NodeClass no provider
+/// serves is marked and never launched.
+#[test]
+fn bad_input_gets_a_condition_and_nothing_is_applied() {
+    let _serial = serial();
+    install_crds();
+    let id = format!("bad-{}", std::process::id());
+    let manifests = format!(
+        r#"apiVersion: tenon.dev/v1alpha1
+kind: KwokNodeClass
+metadata: {{name: {id}}}
+spec: {{}}
+---
+apiVersion: karpenter.sh/v1
+kind: NodePool
+metadata: {{name: {id}-bad}}
+spec:
+  weight: 100
+  template:
+    metadata:
+      labels: {{tenon.dev/e2e: {id}}}
+    spec:
+      nodeClassRef: {{group: tenon.dev, kind: KwokNodeClass, name: {id}}}
+      requirements: []
+  disruption:
+    budgets: [{{nodes: "1", schedule: "not a schedule", duration: 1h}}]
+---
+apiVersion: karpenter.sh/v1
+kind: NodePool
+metadata: {{name: {id}-good}}
+spec:
+  template:
+    metadata:
+      labels: {{tenon.dev/e2e: {id}}}
+    spec:
+      nodeClassRef: {{group: tenon.dev, kind: KwokNodeClass, name: {id}}}
+      requirements: []
+---
+apiVersion: karpenter.sh/v1
+kind: NodeClaim
+metadata: {{name: {id}-stray}}
+spec:
+  nodeClassRef: {{group: example.com, kind: MissingNodeClass, name: nowhere}}
+  requirements: []
+---
+apiVersion: v1
+kind: Namespace
+metadata: {{name: {id}}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {{name: web, namespace: {id}}}
+spec:
+  nodeSelector: {{tenon.dev/e2e: {id}}}
+  containers:
+  - name: web
+    image: registry.invalid/web
+    resources: {{requests: {{cpu: 500m}}}}
+"#
+    );
+    ok(&kubectl(&["apply", "--server-side", "-f", "-"], &manifests), "applying the objects");
+    let operator = consolidating_operator(&id);
+    let pool = |name: &str| -> serde_json::Value {
+        let out = kubectl(&["get", "nodepool", name, "-o", "json"], "");
+        serde_json::from_str(&ok(&out, "reading the NodePool")).expect("JSON")
+    };
+    let bad = format!("{id}-bad");
+    poll("the bad pool's condition", Duration::from_secs(60), || {
+        has_condition(&pool(&bad), "ValidationSucceeded", "False").then_some(())
+    });
+    let message = pool(&bad)["status"]["conditions"].to_string();
+    assert!(message.contains("schedule"), "the condition names the field: {message}");
+    // The pod gets its node from the good pool, though the bad one weighs more.
+    poll("the pod bound", Duration::from_secs(120), || (bound_pods(&id).len() == 1).then_some(()));
+    assert!(claims_of(&bad).is_empty(), "nothing provisioned from the invalid pool");
+    assert_eq!(claims_of(&format!("{id}-good")).len(), 1);
+    // The stray claim is marked, not launched.
+    let stray = format!("{id}-stray");
+    let claim = poll("the stray claim's condition", Duration::from_secs(60), || {
+        let out = kubectl(&["get", "nodeclaim", &stray, "-o", "json"], "");
+        let c: serde_json::Value = serde_json::from_str(&ok(&out, "reading the claim")).ok()?;
+        has_condition(&c, "NodeClassReady", "False").then_some(c)
+    });
+    assert!(claim["status"]["providerID"].is_null(), "never launched: {claim}");
+    assert!(!has_condition(&claim, "Launched", "True"));
+    ok(&kubectl(&["delete", "nodeclaim", &stray, "--wait=false"], ""), "deleting the stray claim");
+    clean_up(&id, &[&bad, &format!("{id}-good")]);
+    drop(operator);
 }

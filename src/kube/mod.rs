@@ -361,6 +361,17 @@ impl Cluster for KubeCluster {
         deleted(&format!("Node/{name}"), api.delete(name, &DeleteParams::default()).await)
     }
 
+    async fn patch_pool_status(&self, pool: &NodePool) -> Result<(), ApiError> {
+        let name = pool.name_any();
+        let mut patch = json!({"status": pool.status});
+        if let Some(rv) = &pool.metadata.resource_version {
+            patch["metadata"] = json!({"resourceVersion": rv});
+        }
+        let api = Api::<NodePool>::all(self.client.clone());
+        let written = api.patch_status(&name, &patch_params(), &Patch::Merge(&patch)).await;
+        written.map(|_| ()).map_err(|e| api_error(&format!("NodePool/{name}"), e))
+    }
+
     async fn evict_pod(&self, key: &str) -> Result<(), ApiError> {
         let (namespace, name) = key.split_once('/').unwrap_or(("default", key));
         let api = Api::<Pod>::namespaced(self.client.clone(), namespace);

@@ -28,6 +28,8 @@ pub mod condition_types {
     pub const CONSISTENT_STATE_FOUND: &str = "ConsistentStateFound";
     /// The claim's node is being rebooted for repair.
     pub const REBOOTING: &str = "Rebooting";
+    /// The NodePool passed tenon's validation (what the CRD schema alone cannot check).
+    pub const VALIDATION_SUCCEEDED: &str = "ValidationSucceeded";
     /// The claim's or pool's NodeClass is served by a registered provider and ready.
     pub const NODE_CLASS_READY: &str = "NodeClassReady";
     /// The object is ready (NodePools: its NodeClass resolved and is ready).

@@ -132,6 +132,9 @@ impl<T: CloudProvider + ?Sized> CloudProvider for Arc<T> {
     async fn reboot(&self, claim: &NodeClaim) -> Result<(), CloudError> {
         (**self).reboot(claim).await
     }
+    async fn adopt(&self, claims: &[NodeClaim]) -> Result<(), CloudError> {
+        (**self).adopt(claims).await
+    }
     async fn interruptions(&self) -> Result<Vec<Interruption>, CloudError> {
         (**self).interruptions().await
     }
@@ -147,5 +150,54 @@ mod tests {
     fn the_trait_is_object_safe_and_thread_safe() {
         assert_send_sync::<DynCloudProvider>();
         let _: Option<Box<dyn CloudProvider>> = None;
+    }
+
+    /// A provider shared as the registry holds it (`Arc<dyn CloudProvider>`) is reached through every
+    /// method, the restart hook included.
+    #[tokio::test]
+    async fn a_shared_provider_forwards_every_call() {
+        #[derive(Debug, Default)]
+        struct Adopting(std::sync::atomic::AtomicUsize);
+        #[async_trait]
+        impl CloudProvider for Adopting {
+            fn name(&self) -> &str {
+                "adopting"
+            }
+            fn descriptor(&self) -> ProviderDescriptor {
+                ProviderDescriptor::default()
+            }
+            async fn instance_types(&self, _: &NodePool) -> Result<Vec<InstanceType>, CloudError> {
+                Ok(Vec::new())
+            }
+            async fn create(&self, c: &NodeClaim, _: &LaunchOptions) -> Result<Instance, CloudError> {
+                Err(CloudError::NotFound(c.name().to_owned()))
+            }
+            async fn delete(&self, c: &NodeClaim) -> Result<(), CloudError> {
+                Err(CloudError::NotFound(c.name().to_owned()))
+            }
+            async fn get(&self, id: &str) -> Result<Instance, CloudError> {
+                Err(CloudError::NotFound(id.to_owned()))
+            }
+            async fn list(&self) -> Result<Vec<Instance>, CloudError> {
+                Ok(Vec::new())
+            }
+            async fn is_drifted(&self, _: &NodeClaim) -> Result<Option<DriftReason>, CloudError> {
+                Ok(None)
+            }
+            fn repair_policies(&self) -> Vec<RepairPolicy> {
+                Vec::new()
+            }
+            async fn reboot(&self, _: &NodeClaim) -> Result<(), CloudError> {
+                Ok(())
+            }
+            async fn adopt(&self, claims: &[NodeClaim]) -> Result<(), CloudError> {
+                self.0.fetch_add(claims.len(), std::sync::atomic::Ordering::Relaxed);
+                Ok(())
+            }
+        }
+        let inner = Arc::new(Adopting::default());
+        let shared: DynCloudProvider = inner.clone();
+        shared.adopt(&[NodeClaim::new("a", Default::default())]).await.unwrap();
+        assert_eq!(inner.0.load(std::sync::atomic::Ordering::Relaxed), 1, "the restart hook reached the provider");
     }
 }

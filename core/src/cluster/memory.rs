@@ -37,11 +37,13 @@ pub enum Write {
     EvictPod,
     /// [`Cluster::delete_pod`].
     DeletePod,
+    /// [`Cluster::patch_pool_status`].
+    PatchPoolStatus,
 }
 
 impl Write {
     /// Every kind of write.
-    pub const ALL: [Write; 8] = [
+    pub const ALL: [Write; 9] = [
         Write::CreateClaim,
         Write::PatchClaim,
         Write::PatchClaimStatus,
@@ -50,6 +52,7 @@ impl Write {
         Write::DeleteNode,
         Write::EvictPod,
         Write::DeletePod,
+        Write::PatchPoolStatus,
     ];
 }
 
@@ -440,6 +443,22 @@ impl Objects {
         self.answer(Write::DeleteNode, &object, lost, ())
     }
 
+    fn patch_pool_status(&mut self, pool: &NodePool) -> Result<(), ApiError> {
+        let name = pool.name().to_owned();
+        let object = format!("NodePool/{name}");
+        let lost = self.admit(Write::PatchPoolStatus, &object, &name)?;
+        let Some(i) = self.current.pools.iter().position(|p| p.name() == name) else {
+            return Err(ApiError::not_found(object));
+        };
+        Self::check_version(&self.current.pools[i].metadata, &pool.metadata, &object)?;
+        let version = self.bump();
+        let stored = &mut Arc::make_mut(&mut self.current.pools)[i];
+        stored.status.clone_from(&pool.status);
+        stored.metadata.resource_version = Some(version);
+        self.log.push(format!("patch status NodePool/{name}"));
+        self.answer(Write::PatchPoolStatus, &object, lost, ())
+    }
+
     fn evict_pod(&mut self, key: &str) -> Result<(), ApiError> {
         let object = format!("Pod/{key}");
         let lost = self.admit(Write::EvictPod, &object, key)?;
@@ -523,6 +542,10 @@ impl Cluster for InMemoryApi {
 
     async fn delete_node(&self, name: &str) -> Result<(), ApiError> {
         self.lock().delete_node(name)
+    }
+
+    async fn patch_pool_status(&self, pool: &NodePool) -> Result<(), ApiError> {
+        self.lock().patch_pool_status(pool)
     }
 
     async fn evict_pod(&self, key: &str) -> Result<(), ApiError> {

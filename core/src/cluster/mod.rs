@@ -262,6 +262,9 @@ pub trait Cluster: Send + Sync {
     /// Deletes a node: with finalizers it is marked until they are removed.
     async fn delete_node(&self, name: &str) -> Result<(), ApiError>;
 
+    /// Writes a NodePool's status (conditions, resources, node count) through the status subresource.
+    async fn patch_pool_status(&self, pool: &NodePool) -> Result<(), ApiError>;
+
     /// Evicts a pod (`namespace/name`) through the Eviction API. `TooManyRequests` means a
     /// PodDisruptionBudget refuses it for now.
     async fn evict_pod(&self, key: &str) -> Result<(), ApiError>;

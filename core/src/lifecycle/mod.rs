@@ -38,6 +38,8 @@ pub const IGNORE_UNAVAILABLE_OFFERINGS: &str = "tenon.dev/ignore-unavailable-off
 /// Resources every node reports; any other requested resource must appear before a node is initialized.
 const BASE_RESOURCES: [&str; 4] = ["cpu", "memory", "pods", "ephemeral-storage"];
 
+/// How often a claim no provider serves is looked at again.
+const UNROUTABLE_RECHECK: Duration = Duration::from_secs(60);
 /// How often a deleting claim's instance is checked until it is gone.
 const DELETE_POLL: Duration = Duration::from_secs(5);
 /// The shortest back-off after a create error.
@@ -307,10 +309,18 @@ impl Lifecycle {
             self.drift_checked.remove(name);
             return Ok(Next::Done);
         };
-        let provider = self.registry.for_claim(&base)?.clone();
         if base.metadata.deletion_timestamp.is_some() {
             return self.finalize(cluster, &snapshot, NodeClaim::clone(&base), now).await;
         }
+        // A claim no registered provider serves is marked (NodeClassReady=False, an event) and looked at
+        // again later, in case its provider appears.
+        let provider = match self.registry.for_claim(&base) {
+            Ok(p) => p.clone(),
+            Err(e) => {
+                self.unroutable(cluster, &base, &e, now).await;
+                return Ok(Next::After(UNROUTABLE_RECHECK));
+            }
+        };
         let mut w = Working::new(base);
         // The termination finalizer first: without it a deleted claim would vanish before its instance.
         let finalizers = w.claim.metadata.finalizers.get_or_insert_with(Vec::new);

@@ -794,3 +794,22 @@ async fn an_instance_whose_status_write_was_lost_is_matched_to_its_claim_not_ter
     assert_eq!(w.cloud.create_calls(), 1, "no second launch");
     assert_eq!(w.claim_("c1").provider_id(), Some(w.cloud.instances()[0].provider_id.as_str()));
 }
+
+/// A claim whose NodeClass no provider serves is not launched: it is marked NodeClassReady=False with an
+/// event, and looked at again later.
+#[tokio::test]
+async fn a_claim_with_an_unknown_node_class_is_marked_and_not_launched() {
+    let mut w = World::new();
+    w.claim("c1", gpu_reqs(), json!({}));
+    let mut c = NodeClaim::clone(&w.claim_("c1"));
+    c.spec.node_class_ref =
+        Some(crate::api::NodeClassRef { group: "example.com".into(), kind: "Missing".into(), name: "x".into() });
+    w.api.lock().put_claim(c);
+    assert_eq!(w.step("c1").await, Next::After(UNROUTABLE_RECHECK));
+    assert_eq!(w.cloud.create_calls(), 0);
+    let cond = w.claim_("c1").condition(condition_types::NODE_CLASS_READY).unwrap().clone();
+    assert_eq!((cond.status, cond.reason.as_str()), (ConditionStatus::False, "NodeClassNotFound"));
+    assert_eq!(w.api.lock().events.iter().filter(|e| e.reason == "NodeClassNotFound").count(), 1);
+    w.step("c1").await;
+    assert_eq!(w.api.lock().events.len(), 1, "marked once");
+}

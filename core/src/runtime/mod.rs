@@ -86,6 +86,8 @@ pub struct Runtime {
     /// Instance types per NodePool, refreshed from its provider each pass; a failed read keeps the last.
     types: HashMap<String, Vec<InstanceType>>,
     recovered: bool,
+    /// The NodePools last validated, and which passed.
+    valid_pools: Option<(Arc<Vec<NodePool>>, Vec<bool>)>,
     /// Disruption decisions and their outcomes, in order, until the caller takes them.
     decisions: Vec<(Timestamp, Event)>,
     /// For each claim still booting, the pods provisioning last planned onto it.
@@ -123,6 +125,7 @@ impl Runtime {
             next_gc: now,
             types: HashMap::new(),
             recovered: false,
+            valid_pools: None,
             decisions: Vec::new(),
             reserved: HashMap::new(),
             pod_infos: PodInfoCache::default(),
@@ -194,6 +197,7 @@ impl Runtime {
         if !self.recovered {
             self.recover(cluster).await;
         }
+        self.pool_status(cluster, now).await;
         self.provision(cluster, now).await;
         if let Err(e) = self.lifecycle.poll_interruptions(cluster, now).await {
             tracing::warn!(error = %e, "interruption notices");
@@ -238,6 +242,78 @@ impl Runtime {
         self.recovered = ok;
     }
 
+    /// The snapshot the decisions read: NodePools that fail validation are left out (with a
+    /// `ValidationSucceeded=False` condition on them), as Karpenter leaves them out.
+    fn decidable(&mut self, snapshot: Snapshot) -> Snapshot {
+        if !self.valid_pools.as_ref().is_some_and(|(pools, _)| Arc::ptr_eq(pools, &snapshot.pools)) {
+            let valid: Vec<bool> = snapshot.pools.iter().map(|p| p.validate().is_ok()).collect();
+            self.valid_pools = Some((snapshot.pools.clone(), valid));
+        }
+        let Some((_, valid)) = &self.valid_pools else { return snapshot };
+        if valid.iter().all(|v| *v) {
+            return snapshot;
+        }
+        let pools = snapshot.pools.iter().zip(valid).filter(|(_, v)| **v).map(|(p, _)| p.clone()).collect();
+        Snapshot { pools: Arc::new(pools), ..snapshot }
+    }
+
+    /// NodePool status as Karpenter writes it: `ValidationSucceeded`, `NodeClassReady` (a registered
+    /// provider serves its NodeClass) and `Ready` conditions, the node count and the nodes' total
+    /// resources. Written only when it changed; a failed write is tried again next step.
+    async fn pool_status(&mut self, cluster: &dyn Cluster, now: Timestamp) {
+        use crate::api::ConditionStatus;
+        use crate::api::condition_types::{NODE_CLASS_READY, READY, VALIDATION_SUCCEEDED};
+        let snapshot = cluster.snapshot();
+        for pool in snapshot.pools.iter() {
+            let mut desired = pool.clone();
+            let validation = pool.validate().map_err(|e| e.to_string());
+            match &validation {
+                Ok(()) => {
+                    desired.set_condition(VALIDATION_SUCCEEDED, ConditionStatus::True, "ValidationSucceeded", "", now)
+                }
+                Err(m) => {
+                    desired.set_condition(VALIDATION_SUCCEEDED, ConditionStatus::False, "ValidationFailed", m, now)
+                }
+            }
+            let routed = self.lifecycle.registry().for_pool(pool).map(|_| ()).map_err(|e| e.to_string());
+            match &routed {
+                Ok(()) => desired.set_condition(NODE_CLASS_READY, ConditionStatus::True, "NodeClassReady", "", now),
+                Err(m) => desired.set_condition(NODE_CLASS_READY, ConditionStatus::False, "NodeClassNotFound", m, now),
+            }
+            match validation.as_ref().and(routed.as_ref()) {
+                Ok(()) => desired.set_condition(READY, ConditionStatus::True, "Ready", "", now),
+                Err(m) => desired.set_condition(READY, ConditionStatus::False, "NotReady", m, now),
+            }
+            let mut total = crate::resources::Resources::ZERO;
+            let mut nodes = 0i64;
+            for c in snapshot.claims.values() {
+                if c.node_pool() != Some(pool.name()) || c.metadata.deletion_timestamp.is_some() {
+                    continue;
+                }
+                nodes += 1;
+                if let Some(capacity) =
+                    c.status.as_ref().and_then(|s| crate::resources::Resources::from_resource_list(&s.capacity).ok())
+                {
+                    total = total.add(&capacity);
+                }
+            }
+            let status = desired.status.get_or_insert_with(Default::default);
+            status.resources = total.to_resource_list();
+            status.nodes = Some(nodes);
+            if desired.status == pool.status {
+                continue;
+            }
+            let was_valid = pool.condition(VALIDATION_SUCCEEDED).is_none_or(|c| c.status == ConditionStatus::True);
+            if let (Err(m), true) = (&validation, was_valid) {
+                let event = pool_event(pool.name(), EventType::Warning, "FailedValidation", m.clone());
+                cluster.publish(event).await;
+            }
+            if let Err(e) = cluster.patch_pool_status(&desired).await {
+                tracing::debug!(pool = pool.name(), error = %e, "NodePool status not written; retried next step");
+            }
+        }
+    }
+
     /// Whether some node is on its way out (deleted, tainted as disrupted, or marked by the disruption
     /// queue), so its pods need a new place.
     fn any_leaving(&self, snapshot: &Snapshot) -> bool {
@@ -271,7 +347,7 @@ impl Runtime {
     }
 
     async fn provision(&mut self, cluster: &dyn Cluster, now: Timestamp) {
-        let snapshot = cluster.snapshot();
+        let snapshot = self.decidable(cluster.snapshot());
         // With no batch open and no pod to place, a pass would do nothing: skip building the state.
         if !self.batcher.is_open() && !snapshot.any_unbound() && !self.any_leaving(&snapshot) {
             return;
@@ -431,7 +507,7 @@ impl Runtime {
     }
 
     async fn disrupt(&mut self, cluster: &dyn Cluster, now: Timestamp) {
-        let snapshot = cluster.snapshot();
+        let snapshot = self.decidable(cluster.snapshot());
         // Disruption prices against current offerings: owned machines freed, spot prices moved.
         let types = self.refresh_types(&snapshot.pools, now).await;
         let Some(state) = self.state(&snapshot, now) else { return };
@@ -441,8 +517,14 @@ impl Runtime {
         let mut name_for = |pool: &str| names(pool);
         let events = self.disruption.tick(&inputs, cluster, &mut self.nominations, &mut name_for).await;
         for e in events {
-            if let Event::Reboot { node, claim } = &e {
-                self.reboot(cluster, &snapshot, node, claim).await;
+            match &e {
+                Event::Reboot { node, claim } => self.reboot(cluster, &snapshot, node, claim).await,
+                Event::Proposed { method, nodes } => tracing::info!(?method, ?nodes, "disruption proposed"),
+                Event::Started { nodes, why } => tracing::info!(?nodes, %why, "disruption started"),
+                Event::Rejected { nodes, reason } => tracing::info!(?nodes, %reason, "disruption rejected"),
+                Event::Finished(outcome) => tracing::info!(?outcome, "disruption finished"),
+                Event::CleanedUp { node } => tracing::info!(%node, "removed a disrupted taint no command holds"),
+                Event::RepairBlocked { node, message, .. } => tracing::info!(%node, %message, "repair blocked"),
             }
             self.decisions.push((now, e));
         }

@@ -453,3 +453,42 @@ async fn daemon_sets_run_where_they_fit_and_provisioning_leaves_room_for_them() 
     assert!(sim.api.lock().nodes.is_empty(), "agents alone do not keep a node");
     assert_eq!(on(&sim, "default/agent-"), 0);
 }
+
+/// NodePool status as Karpenter writes it: conditions, node count and resources; a pool that fails
+/// validation is marked, reported in an event, and never provisioned from.
+#[tokio::test]
+async fn pools_carry_their_status_and_an_invalid_pool_is_left_out() {
+    use crate::api::ConditionStatus;
+    use crate::api::condition_types::{NODE_CLASS_READY, READY, VALIDATION_SUCCEEDED};
+    let (mut sim, _cloud) = world(4);
+    {
+        let mut api = sim.api.lock();
+        let mut pools = api.pools.to_vec();
+        // Heavier, so it would win every pod if it were used.
+        let mut bad = NodePool::new("bad", NodePoolSpec::default());
+        bad.spec.weight = Some(100);
+        bad.spec.disruption.budgets[0].nodes = "150%".into();
+        pools.push(bad);
+        api.set_pools(pools);
+    }
+    sim.run(Duration::from_secs(5 * 60), STEP).await;
+    assert!(sim.pending().is_empty());
+    let snapshot = sim.api.lock().snapshot();
+    let status = |pool: &str, type_: &str| {
+        let p = snapshot.pool(pool).unwrap();
+        let c = p.condition(type_).unwrap();
+        (c.status, c.reason.clone())
+    };
+    assert_eq!(status("default", VALIDATION_SUCCEEDED), (ConditionStatus::True, "ValidationSucceeded".into()));
+    assert_eq!(status("default", NODE_CLASS_READY), (ConditionStatus::True, "NodeClassReady".into()));
+    assert_eq!(status("default", READY), (ConditionStatus::True, "Ready".into()));
+    assert_eq!(status("bad", VALIDATION_SUCCEEDED).0, ConditionStatus::False);
+    assert_eq!(status("bad", READY).0, ConditionStatus::False);
+    let default = snapshot.pool("default").unwrap().status.clone().unwrap();
+    let live = sim.live_claims();
+    assert_eq!(default.nodes, Some(live.len() as i64));
+    assert!(default.resources.contains_key("cpu"), "{:?}", default.resources);
+    assert!(live.iter().all(|c| c.node_pool() == Some("default")), "the invalid pool is never used");
+    let events = sim.api.lock().events.clone();
+    assert_eq!(events.iter().filter(|e| e.reason == "FailedValidation" && e.name == "bad").count(), 1);
+}
