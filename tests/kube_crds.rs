@@ -1,65 +1,10 @@
 //! Against a real kube-apiserver (`scripts/peers/kube.sh`, started by `scripts/test.sh`): tenon's
 //! CustomResourceDefinitions install, Karpenter NodePool manifests apply unchanged and pass the API
 //! server's own validation, and an invalid NodePool is refused by the server, naming the field.
-#![allow(clippy::expect_used)] // test helpers outside #[test] functions expect too
 
-use std::io::Write;
-use std::process::{Command, Output, Stdio};
+mod common;
 
-/// The kubectl the peer built, and the admin kubeconfig it wrote.
-fn kubectl() -> (String, String) {
-    let missing = |name: &str| {
-        panic!(
-            "{name} is not set: these tests need the Kubernetes control plane. Run scripts/test.sh, or start scripts/peers/kube.sh and export what it prints"
-        )
-    };
-    let kubectl = std::env::var("TENON_KUBECTL").unwrap_or_else(|_| missing("TENON_KUBECTL"));
-    let kubeconfig = std::env::var("KUBECONFIG").unwrap_or_else(|_| missing("KUBECONFIG"));
-    (kubectl, kubeconfig)
-}
-
-/// Runs kubectl with `args`, feeding it `stdin`.
-fn run(args: &[&str], stdin: &str) -> Output {
-    let (kubectl, kubeconfig) = kubectl();
-    let mut child = Command::new(kubectl)
-        .args(args)
-        .env("KUBECONFIG", kubeconfig)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("kubectl runs");
-    child.stdin.take().expect("stdin").write_all(stdin.as_bytes()).expect("kubectl reads its input");
-    child.wait_with_output().expect("kubectl finishes")
-}
-
-fn ok(out: &Output, what: &str) {
-    assert!(
-        out.status.success(),
-        "{what}: {}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-/// Installs the CRDs `tenon crds` prints and waits until the server serves them.
-fn install_crds() {
-    let crds = Command::new(env!("CARGO_BIN_EXE_tenon")).arg("crds").output().expect("tenon crds runs");
-    ok(&crds, "tenon crds");
-    let yaml = String::from_utf8(crds.stdout).expect("UTF-8");
-    ok(&run(&["apply", "--server-side", "-f", "-"], &yaml), "applying the CRDs");
-    let wait = run(
-        &[
-            "wait",
-            "--for=condition=Established",
-            "--timeout=60s",
-            "crd/nodepools.karpenter.sh",
-            "crd/nodeclaims.karpenter.sh",
-        ],
-        "",
-    );
-    ok(&wait, "waiting for the CRDs");
-}
+use common::{install_crds, kubectl as run, ok};
 
 #[test]
 fn karpenter_nodepool_manifests_apply_unchanged() {

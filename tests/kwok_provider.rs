@@ -103,6 +103,13 @@ fn catalog_type(name: &str) -> InstanceType {
     KwokProvider::default_catalog().into_iter().find(|t| t.name == name).unwrap()
 }
 
+/// The one real wait of these tests: the API server and the kwok controller act in real time, so between
+/// two polls they get one interval. Every poll loop ends at `DEADLINE` (the conformance harness's after
+/// `max_polls`).
+async fn between_polls() {
+    tokio::time::sleep(POLL_INTERVAL).await;
+}
+
 /// Asks `step` until it answers, at most until `DEADLINE`.
 async fn poll<T>(what: &str, mut step: impl AsyncFnMut() -> Option<T>) -> T {
     let start = Instant::now();
@@ -111,7 +118,7 @@ async fn poll<T>(what: &str, mut step: impl AsyncFnMut() -> Option<T>) -> T {
             return done;
         }
         assert!(start.elapsed() < DEADLINE, "{what} after {DEADLINE:?}");
-        tokio::time::sleep(POLL_INTERVAL).await;
+        between_polls().await;
     }
 }
 
@@ -124,7 +131,7 @@ async fn node_exists(name: &str) -> Node {
             return n;
         }
         assert!(start.elapsed() < DEADLINE, "Node/{name} does not exist after {DEADLINE:?}");
-        tokio::time::sleep(POLL_INTERVAL).await;
+        between_polls().await;
     }
 }
 
@@ -164,7 +171,7 @@ impl Harness for KwokHarness {
     }
     /// The API server and the creating task run in real time: one poll interval between the suite's polls.
     async fn settle(&self) {
-        tokio::time::sleep(POLL_INTERVAL).await;
+        between_polls().await;
     }
     fn max_polls(&self) -> usize {
         (DEADLINE.as_millis() / POLL_INTERVAL.as_millis()) as usize

@@ -5,41 +5,14 @@
 //! other takes over; bad input gets a condition and nothing is applied.
 #![allow(clippy::expect_used, clippy::unwrap_used)] // test helpers outside #[test] functions unwrap too
 
+mod common;
+
 use std::io::Write;
 use std::net::TcpListener;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// The kubectl the peer built, and the admin kubeconfig it wrote.
-fn env() -> (String, String) {
-    let missing = |name: &str| {
-        panic!(
-            "{name} is not set: these tests need the Kubernetes control plane. Run scripts/test.sh, or start scripts/peers/kube.sh and export what it prints"
-        )
-    };
-    let kubectl = std::env::var("TENON_KUBECTL").unwrap_or_else(|_| missing("TENON_KUBECTL"));
-    let kubeconfig = std::env::var("KUBECONFIG").unwrap_or_else(|_| missing("KUBECONFIG"));
-    (kubectl, kubeconfig)
-}
-
-fn kubectl(args: &[&str], stdin: &str) -> Output {
-    let (kubectl, kubeconfig) = env();
-    let mut child = Command::new(kubectl)
-        .args(args)
-        .env("KUBECONFIG", kubeconfig)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("kubectl runs");
-    child.stdin.take().expect("stdin").write_all(stdin.as_bytes()).expect("kubectl reads its input");
-    child.wait_with_output().expect("kubectl finishes")
-}
-
-fn ok(out: &Output, what: &str) -> String {
-    assert!(out.status.success(), "{what}: {}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
+use common::{between_polls, env, install_crds, kubectl, ok, poll};
 
 fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0").expect("a free port").local_addr().expect("its address").port()
@@ -68,18 +41,6 @@ fn clean_up(id: &str, pools: &[&str]) {
         poll("the pool's claims and nodes to go", Duration::from_secs(180), || {
             (claims_of(pool).is_empty() && nodes_of(pool).is_empty()).then_some(())
         });
-    }
-}
-
-/// Polls `check` every half second until it answers, or fails the test at `deadline`.
-fn poll<T>(what: &str, deadline: Duration, mut check: impl FnMut() -> Option<T>) -> T {
-    let until = Instant::now() + deadline;
-    loop {
-        if let Some(v) = check() {
-            return v;
-        }
-        assert!(Instant::now() < until, "timed out after {deadline:?} waiting for {what}");
-        std::thread::sleep(Duration::from_millis(500));
     }
 }
 
@@ -148,14 +109,6 @@ impl Drop for Operator {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
-}
-
-fn install_crds() {
-    let crds = Command::new(env!("CARGO_BIN_EXE_tenon")).arg("crds").output().expect("tenon crds runs");
-    let yaml = ok(&crds, "tenon crds");
-    ok(&kubectl(&["apply", "--server-side", "-f", "-"], &yaml), "applying the CRDs");
-    let wait = kubectl(&["wait", "--for=condition=Established", "--timeout=60s", "crd", "--all"], "");
-    ok(&wait, "waiting for the CRDs");
 }
 
 #[test]
@@ -484,7 +437,7 @@ fn a_restart_in_the_middle_of_a_disruption_leaks_nothing() {
                 String::from_utf8_lossy(&state.stdout)
             );
         }
-        std::thread::sleep(Duration::from_millis(500));
+        between_polls();
     };
     assert!(after <= before, "no more nodes than before: {after} against {before}");
     clean_up(&id, &[&id]);

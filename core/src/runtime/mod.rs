@@ -50,6 +50,9 @@ const RETRY_MAX: Duration = Duration::from_secs(300);
 /// How many times a claim is reconciled in one step when it asks to go on at once.
 const RECONCILES_PER_STEP: usize = 3;
 
+/// A NodePool's validation: `Ok`, or what is wrong with it.
+type Validation = Result<(), String>;
+
 /// Names new NodeClaims: given a pool, a name no claim has.
 pub type NameSource = Box<dyn FnMut(&str) -> String + Send>;
 
@@ -86,8 +89,8 @@ pub struct Runtime {
     /// Instance types per NodePool, refreshed from its provider each pass; a failed read keeps the last.
     types: HashMap<String, Vec<InstanceType>>,
     recovered: bool,
-    /// The NodePools last validated, and which passed.
-    valid_pools: Option<(Arc<Vec<NodePool>>, Vec<bool>)>,
+    /// The NodePools last validated, and each one's validation.
+    valid_pools: Option<(Arc<Vec<NodePool>>, Vec<Validation>)>,
     /// Disruption decisions and their outcomes, in order, until the caller takes them.
     decisions: Vec<(Timestamp, Event)>,
     /// For each claim still booting, the pods provisioning last planned onto it.
@@ -242,18 +245,24 @@ impl Runtime {
         self.recovered = ok;
     }
 
+    /// Each NodePool's validation, in the order of `pools`: computed once per version of the pools, and
+    /// shared by the decisions and the pool status.
+    fn validations(&mut self, pools: &Arc<Vec<NodePool>>) -> &[Validation] {
+        if !self.valid_pools.as_ref().is_some_and(|(seen, _)| Arc::ptr_eq(seen, pools)) {
+            let checked = pools.iter().map(|p| p.validate().map_err(|e| e.to_string())).collect();
+            self.valid_pools = Some((pools.clone(), checked));
+        }
+        self.valid_pools.as_ref().map_or(&[], |(_, checked)| checked.as_slice())
+    }
+
     /// The snapshot the decisions read: NodePools that fail validation are left out (with a
     /// `ValidationSucceeded=False` condition on them), as Karpenter leaves them out.
     fn decidable(&mut self, snapshot: Snapshot) -> Snapshot {
-        if !self.valid_pools.as_ref().is_some_and(|(pools, _)| Arc::ptr_eq(pools, &snapshot.pools)) {
-            let valid: Vec<bool> = snapshot.pools.iter().map(|p| p.validate().is_ok()).collect();
-            self.valid_pools = Some((snapshot.pools.clone(), valid));
-        }
-        let Some((_, valid)) = &self.valid_pools else { return snapshot };
+        let valid: Vec<bool> = self.validations(&snapshot.pools).iter().map(Result::is_ok).collect();
         if valid.iter().all(|v| *v) {
             return snapshot;
         }
-        let pools = snapshot.pools.iter().zip(valid).filter(|(_, v)| **v).map(|(p, _)| p.clone()).collect();
+        let pools = snapshot.pools.iter().zip(&valid).filter(|(_, v)| **v).map(|(p, _)| p.clone()).collect();
         Snapshot { pools: Arc::new(pools), ..snapshot }
     }
 
@@ -264,9 +273,9 @@ impl Runtime {
         use crate::api::ConditionStatus;
         use crate::api::condition_types::{NODE_CLASS_READY, READY, VALIDATION_SUCCEEDED};
         let snapshot = cluster.snapshot();
-        for pool in snapshot.pools.iter() {
+        let validations = self.validations(&snapshot.pools).to_vec();
+        for (pool, validation) in snapshot.pools.iter().zip(validations) {
             let mut desired = pool.clone();
-            let validation = pool.validate().map_err(|e| e.to_string());
             match &validation {
                 Ok(()) => {
                     desired.set_condition(VALIDATION_SUCCEEDED, ConditionStatus::True, "ValidationSucceeded", "", now)
