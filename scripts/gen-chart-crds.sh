@@ -3,7 +3,7 @@
 # CustomResourceDefinition, named GROUP_PLURAL.yaml after its metadata.name (PLURAL.GROUP), each the
 # document exactly as `tenon crds` prints it under a comment header saying where it comes from.
 #
-#   scripts/gen-chart-crds.sh                  runs `cargo run --quiet -- crds` and rewrites charts/tenon/crds/
+#   scripts/gen-chart-crds.sh                  runs `cargo run --quiet --all-features -- crds` and rewrites charts/tenon/crds/
 #   scripts/gen-chart-crds.sh --check          the same, but only compares: fails, showing the difference,
 #                                              when a file differs, is missing or is left over
 #   ... --from FILE                            reads `tenon crds`' output from FILE (- for stdin) instead
@@ -33,7 +33,7 @@ work="$(mktemp -d "${TMPDIR:-/tmp}/tenon-crds.XXXXXX")"
 trap 'rm -rf "$work"' EXIT
 
 if [ -z "$from" ]; then
-  nice -n 19 cargo run --quiet -- crds >"$work/all.yaml"
+  nice -n 19 cargo run --quiet --all-features -- crds >"$work/all.yaml"
 elif [ "$from" = - ]; then
   cat >"$work/all.yaml"
 else

@@ -36,6 +36,10 @@ for script in scripts/peers/*.sh; do
   eval "$("$script" start "$PEERS_DIR/$peer")"
 done
 
+# helm, built here like the peers: the operator's end-to-end tests install what the chart renders.
+TENON_HELM="$(scripts/check-chart.sh helm)"
+export TENON_HELM
+
 if [ "$#" -eq 0 ]; then
   set -- --workspace --all-features --no-fail-fast
 fi

@@ -136,6 +136,9 @@ pub struct KwokProvider {
     pending: PendingMap,
     /// Offerings launches into which fail for lack of capacity ([`KwokProvider::exhaust_offering`]).
     exhausted: Mutex<HashSet<OfferingKey>>,
+    /// The KwokNodeClasses that exist, once the operator feeds them ([`KwokProvider::set_node_classes`]);
+    /// `None` serves any name.
+    classes: Mutex<Option<BTreeSet<String>>>,
 }
 
 impl fmt::Debug for KwokProvider {
@@ -155,7 +158,31 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 impl KwokProvider {
     /// A provider creating Nodes through `client`, offering `instance_types`.
     pub fn new(client: kube::Client, instance_types: Vec<InstanceType>, settings: KwokSettings) -> Self {
-        Self { nodes: Api::all(client), instance_types, settings, pending: Arc::default(), exhausted: Mutex::default() }
+        Self {
+            nodes: Api::all(client),
+            instance_types,
+            settings,
+            pending: Arc::default(),
+            exhausted: Mutex::default(),
+            classes: Mutex::default(),
+        }
+    }
+
+    /// The names of the KwokNodeClasses that exist (the operator feeds them from the API server): a
+    /// NodePool or NodeClaim naming another is answered `NodeClassNotReady`.
+    pub fn set_node_classes(&self, names: impl IntoIterator<Item = String>) {
+        *lock(&self.classes) = Some(names.into_iter().collect());
+    }
+
+    /// `NodeClassNotReady` unless the KwokNodeClass `r` names exists (or the classes are not fed).
+    fn check_class(&self, r: Option<&tenon_core::api::NodeClassRef>, object: &str) -> Result<(), CloudError> {
+        let classes = lock(&self.classes);
+        let Some(known) = classes.as_ref() else { return Ok(()) };
+        match r {
+            Some(r) if known.contains(&r.name) => Ok(()),
+            Some(r) => Err(CloudError::NodeClassNotReady(format!("{object}: {KIND}/{} does not exist", r.name))),
+            None => Err(CloudError::NodeClassNotReady(format!("{object}: no nodeClassRef"))),
+        }
     }
 
     /// The instance types of the `InstanceCatalog` documents in the YAML file at `path` (see
@@ -659,7 +686,9 @@ impl CloudProvider for KwokProvider {
         }
     }
 
-    async fn instance_types(&self, _pool: &NodePool) -> Result<Vec<InstanceType>, CloudError> {
+    async fn instance_types(&self, pool: &NodePool) -> Result<Vec<InstanceType>, CloudError> {
+        let r = pool.spec.template.spec.node_class_ref.as_ref();
+        self.check_class(r, &format!("NodePool/{}", pool.name()))?;
         Ok(self.instance_types.clone())
     }
 
@@ -709,6 +738,7 @@ impl CloudProvider for KwokProvider {
                 message: "the NodeClaim has no name".into(),
             });
         }
+        self.check_class(claim.spec.node_class_ref.as_ref(), &format!("NodeClaim/{name}"))?;
         let uid = claim.metadata.uid.as_deref();
         if let Some(instance) = self.pending_for(name, uid)? {
             return Ok(instance);

@@ -1,11 +1,34 @@
 //! `/metrics`: Prometheus metrics under Karpenter's names, so its dashboards and alerts work unchanged.
 
+use std::collections::HashMap;
 use std::sync::Mutex;
+use std::sync::atomic::AtomicU64;
 
+use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 use tenon_core::cluster::Snapshot;
+use tenon_core::resources::{ResourceName, Resources};
+
+/// The `nodepool` label.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PoolLabels {
+    nodepool: String,
+}
+
+/// The `nodepool` and `resource_type` labels.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PoolResourceLabels {
+    nodepool: String,
+    resource_type: String,
+}
+
+/// A resource amount as Karpenter reports it: CPU in cores, everything else in its base unit.
+fn amount(name: ResourceName, value: i64) -> f64 {
+    if name == ResourceName::CPU { value as f64 / 1000.0 } else { value as f64 }
+}
 use tenon_core::lifecycle::Counters;
 use tenon_core::runtime::Runtime;
 
@@ -19,14 +42,19 @@ pub struct Metrics {
     nodes: Gauge,
     nodeclaims: Gauge,
     pending_pods: Gauge,
-    created: Counter,
-    terminated: Counter,
+    created: Family<PoolLabels, Counter>,
+    terminated: Family<PoolLabels, Counter>,
+    usage: Family<PoolResourceLabels, Gauge<f64, AtomicU64>>,
+    limit: Family<PoolResourceLabels, Gauge<f64, AtomicU64>>,
     launch_failures: Counter,
     interrupted: Counter,
     disrupted: Counter,
     queue_failures: Counter,
     /// What the current runtime had counted at the last observation.
     seen: Mutex<(Counters, u64, u64)>,
+    /// The claims of the last observation and their pools (`None` before the first): a claim that
+    /// appears was created, one that goes was terminated.
+    claims: Mutex<Option<HashMap<String, String>>>,
 }
 
 impl Default for Metrics {
@@ -45,13 +73,16 @@ impl Metrics {
             nodes: Gauge::default(),
             nodeclaims: Gauge::default(),
             pending_pods: Gauge::default(),
-            created: Counter::default(),
-            terminated: Counter::default(),
+            created: Family::default(),
+            terminated: Family::default(),
+            usage: Family::default(),
+            limit: Family::default(),
             launch_failures: Counter::default(),
             interrupted: Counter::default(),
             disrupted: Counter::default(),
             queue_failures: Counter::default(),
             seen: Mutex::new((Counters::default(), 0, 0)),
+            claims: Mutex::new(None),
             registry: Registry::default(),
         };
         registry.register(
@@ -66,11 +97,21 @@ impl Metrics {
             "Pods not bound to a node.",
             m.pending_pods.clone(),
         );
-        registry.register("karpenter_nodeclaims_created", "NodeClaims launched.", m.created.clone());
+        registry.register("karpenter_nodeclaims_created", "NodeClaims created, by NodePool.", m.created.clone());
         registry.register(
             "karpenter_nodeclaims_terminated",
-            "NodeClaims deleted for a timeout, expiry, interruption or a vanished instance.",
+            "NodeClaims terminated (gone from the cluster), by NodePool.",
             m.terminated.clone(),
+        );
+        registry.register(
+            "karpenter_nodepools_usage",
+            "The resources of a NodePool's NodeClaims (CPU in cores, memory in bytes).",
+            m.usage.clone(),
+        );
+        registry.register(
+            "karpenter_nodepools_limit",
+            "A NodePool's limits (CPU in cores, memory in bytes).",
+            m.limit.clone(),
         );
         registry.register("karpenter_cloudprovider_errors", "Launches that failed.", m.launch_failures.clone());
         registry.register(
@@ -98,8 +139,50 @@ impl Metrics {
         self.leader.set(i64::from(leader));
     }
 
+    /// Counts the claims created and terminated since the last call, by pool, and sets each pool's
+    /// usage and limits. The first call counts nothing: the claims already there were created before.
+    pub fn observe_cluster(&self, snapshot: &Snapshot) {
+        let now: HashMap<String, String> = snapshot
+            .claims
+            .iter()
+            .map(|(name, c)| (name.clone(), c.node_pool().unwrap_or_default().to_owned()))
+            .collect();
+        let mut last = self.claims.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(before) = last.as_ref() {
+            for (name, pool) in &now {
+                if !before.contains_key(name) {
+                    self.created.get_or_create(&PoolLabels { nodepool: pool.clone() }).inc();
+                }
+            }
+            for (name, pool) in before {
+                if !now.contains_key(name) {
+                    self.terminated.get_or_create(&PoolLabels { nodepool: pool.clone() }).inc();
+                }
+            }
+        }
+        *last = Some(now);
+        self.usage.clear();
+        self.limit.clear();
+        for pool in snapshot.pools.iter() {
+            let labels = |name: ResourceName| PoolResourceLabels {
+                nodepool: pool.metadata.name.clone().unwrap_or_default(),
+                resource_type: name.as_str().to_owned(),
+            };
+            let usage = pool.status.as_ref().and_then(|s| Resources::from_resource_list(&s.resources).ok());
+            for (name, value) in usage.unwrap_or(Resources::ZERO).iter() {
+                self.usage.get_or_create(&labels(name)).set(amount(name, value));
+            }
+            if let Ok(limits) = Resources::from_resource_list(&pool.spec.limits) {
+                for (name, value) in limits.iter() {
+                    self.limit.get_or_create(&labels(name)).set(amount(name, value));
+                }
+            }
+        }
+    }
+
     /// Takes the runtime's counters and the cluster's sizes after a step.
     pub fn observe(&self, runtime: &Runtime, snapshot: &Snapshot) {
+        self.observe_cluster(snapshot);
         self.nodes.set(snapshot.nodes.len() as i64);
         self.nodeclaims.set(snapshot.claims.len() as i64);
         let pending = snapshot.pods.values().filter(|p| p.spec.as_ref().is_some_and(|s| s.node_name.is_none())).count();
@@ -113,16 +196,6 @@ impl Metrics {
         }
         let delta = |a: u64, b: u64| a.saturating_sub(b);
         let before = &seen.0;
-        self.created.inc_by(delta(now.launched, before.launched));
-        let ended = |c: &Counters| {
-            c.launch_timeouts
-                + c.registration_timeouts
-                + c.initialization_timeouts
-                + c.vanished
-                + c.expirations
-                + c.interruptions
-        };
-        self.terminated.inc_by(delta(ended(&now), ended(before)));
         self.launch_failures.inc_by(delta(now.launch_failures, before.launch_failures));
         self.interrupted.inc_by(delta(now.interruptions, before.interruptions));
         self.disrupted.inc_by(delta(queue.completed_total, seen.1));
@@ -149,11 +222,52 @@ mod tests {
         let text = m.encode().unwrap_or_default();
         for name in [
             "karpenter_cluster_state_synced 1",
-            "karpenter_nodeclaims_created_total 0",
             "karpenter_voluntary_disruption_queue_failures_total 0",
             "karpenter_cluster_state_node_count 0",
         ] {
             assert!(text.contains(name), "{name} missing from:\n{text}");
         }
+    }
+
+    fn snapshot(claims: &[(&str, &str)]) -> Snapshot {
+        use std::sync::Arc;
+        use tenon_core::api::{NodeClaim, NodePool, labels};
+        let claims = claims
+            .iter()
+            .map(|(name, pool)| {
+                let mut c = NodeClaim::new(name, Default::default());
+                c.metadata.labels = Some([(labels::NODE_POOL.to_owned(), (*pool).to_owned())].into());
+                ((*name).to_owned(), Arc::new(c))
+            })
+            .collect();
+        let pool: NodePool = serde_json::from_value(serde_json::json!({
+            "apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": "gpu"},
+            "spec": {"template": {"spec": {"requirements": []}}, "limits": {"cpu": "1500m", "nvidia.com/gpu": "8"}},
+            "status": {"resources": {"cpu": "500m", "memory": "1Gi"}}
+        }))
+        .unwrap_or_else(|e| panic!("{e}"));
+        Snapshot { claims: Arc::new(claims), pools: Arc::new(vec![pool]), ..Default::default() }
+    }
+
+    #[test]
+    fn claims_are_counted_by_pool_as_they_come_and_go_and_pools_report_usage_and_limits() {
+        let m = Metrics::new();
+        // Claims there at the first look were created before: not counted.
+        m.observe_cluster(&snapshot(&[("gpu-a", "gpu")]));
+        m.observe_cluster(&snapshot(&[("gpu-a", "gpu"), ("gpu-b", "gpu"), ("web-c", "web")]));
+        m.observe_cluster(&snapshot(&[("web-c", "web")]));
+        let text = m.encode().unwrap_or_default();
+        for line in [
+            "karpenter_nodeclaims_created_total{nodepool=\"gpu\"} 1",
+            "karpenter_nodeclaims_created_total{nodepool=\"web\"} 1",
+            "karpenter_nodeclaims_terminated_total{nodepool=\"gpu\"} 2",
+            "karpenter_nodepools_usage{nodepool=\"gpu\",resource_type=\"cpu\"} 0.5",
+            "karpenter_nodepools_usage{nodepool=\"gpu\",resource_type=\"memory\"} 1073741824.0",
+            "karpenter_nodepools_limit{nodepool=\"gpu\",resource_type=\"cpu\"} 1.5",
+            "karpenter_nodepools_limit{nodepool=\"gpu\",resource_type=\"nvidia.com/gpu\"} 8.0",
+        ] {
+            assert!(text.contains(line), "{line} missing from:\n{text}");
+        }
+        assert!(!text.contains("karpenter_nodeclaims_terminated_total{nodepool=\"web\"}"), "{text}");
     }
 }

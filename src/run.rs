@@ -149,9 +149,14 @@ async fn operate(mut registry: ProviderRegistry, builtins: bool, settings: Setti
     let client = Client::try_default().await.context("connecting to the cluster (kubeconfig or in-cluster config)")?;
     let namespace = pod_namespace(&client);
     let identity = identity();
-    if builtins {
-        crate::builtins::register(&mut registry, &client, &namespace, &settings).await?;
-    }
+    // One cache for the process: a runtime rebuilt on a change of leader keeps what was learned, and
+    // the providers that mark offerings themselves share it.
+    let unavailable = Arc::new(tenon_core::cloud::UnavailableOfferings::new());
+    let feeds = if builtins {
+        crate::builtins::register(&mut registry, &client, &namespace, &settings, &unavailable).await?
+    } else {
+        Vec::new()
+    };
     if registry.providers().is_empty() {
         anyhow::bail!("no providers are registered: nothing could launch a node (see the `providers` setting)");
     }
@@ -159,7 +164,11 @@ async fn operate(mut registry: ProviderRegistry, builtins: bool, settings: Setti
     tracing::info!(providers = ?names, %namespace, %identity, "starting");
 
     let reporter = Reporter { controller: "tenon".into(), instance: Some(identity.clone()) };
-    let cluster = Arc::new(KubeCluster::start(client.clone(), reporter));
+    let mut cluster = KubeCluster::start(client.clone(), reporter);
+    for feed in feeds {
+        feed(&mut cluster);
+    }
+    let cluster = Arc::new(cluster);
     let metrics = Arc::new(Metrics::new());
     let ready = Arc::new(AtomicBool::new(false));
     let health = Router::new().route("/healthz", get(healthz)).route("/readyz", get(readyz)).with_state(ready.clone());
@@ -218,7 +227,8 @@ async fn operate(mut registry: ProviderRegistry, builtins: bool, settings: Setti
         match (leader, runtime.is_some()) {
             (true, false) => {
                 tracing::info!(%identity, "leading: starting the controllers");
-                runtime = Some(Runtime::new(Arc::new(SystemClock), registry.clone(), settings.clone(), random_names()));
+                let rt = Runtime::new(Arc::new(SystemClock), registry.clone(), settings.clone(), random_names());
+                runtime = Some(rt.with_unavailable(unavailable.clone()));
             }
             (false, true) => {
                 tracing::warn!(%identity, "no longer leading: stopping the controllers");

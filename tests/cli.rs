@@ -96,6 +96,8 @@ fn providers_lists_the_built_in_providers_and_their_node_classes() {
     let text = stdout(&out);
     assert!(text.contains("kwok") && text.contains("tenon.dev/KwokNodeClass"), "{text}");
     assert!(text.contains("self-managed") && text.contains("tenon.dev/SelfManagedNodeClass"), "{text}");
+    #[cfg(feature = "aws")]
+    assert!(text.contains("aws") && text.contains("karpenter.k8s.aws/EC2NodeClass"), "{text}");
 }
 
 #[test]

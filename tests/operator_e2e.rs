@@ -3,6 +3,10 @@
 //! initialize and kube-scheduler binds every pod; a scaled-down fleet is consolidated through evictions
 //! that honour a PDB; a kill in the middle of a disruption leaks nothing; of two replicas one leads and the
 //! other takes over; bad input gets a condition and nothing is applied.
+//!
+//! The operator runs as the chart's ServiceAccount, with a TokenRequest token, under the RBAC the chart
+//! renders (`helm template`, applied to the server): the API server's audit log shows every call it made,
+//! and one the chart's roles refused (403) fails the test.
 #![allow(clippy::expect_used, clippy::unwrap_used)] // test helpers outside #[test] functions unwrap too
 
 mod common;
@@ -12,7 +16,7 @@ use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{between_polls, env, install_crds, kubectl, ok, poll};
+use common::{Audit, CHART_NAMESPACE, between_polls, install_chart, kubectl, ok, poll};
 
 fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0").expect("a free port").local_addr().expect("its address").port()
@@ -49,12 +53,14 @@ struct Operator {
     child: Child,
     health: u16,
     metrics: u16,
+    audit: Audit,
 }
 
 impl Operator {
     /// `tenon run` named `identity`, with `env_vars` on top of the test's defaults.
     fn start_with(identity: &str, env_vars: &[(&str, &str)]) -> Self {
-        let (_, kubeconfig) = env();
+        let kubeconfig = install_chart();
+        let audit = Audit::start();
         let (health, metrics) = (free_port(), free_port());
         let log = std::fs::File::create(std::env::temp_dir().join(format!("{identity}.log"))).expect("a log file");
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_tenon"));
@@ -62,7 +68,7 @@ impl Operator {
             .env("KUBECONFIG", kubeconfig)
             .env("CLUSTER_NAME", CLUSTER)
             .env("POD_NAME", identity)
-            .env("POD_NAMESPACE", "default")
+            .env("POD_NAMESPACE", CHART_NAMESPACE)
             .env("HEALTH_PROBE_PORT", health.to_string())
             .env("METRICS_PORT", metrics.to_string())
             .env("RUST_LOG", "info,tenon_core=debug")
@@ -72,7 +78,13 @@ impl Operator {
             cmd.env(k, v);
         }
         let child = cmd.spawn().expect("tenon run starts");
-        Self { child, health, metrics }
+        Self { child, health, metrics, audit }
+    }
+
+    /// Stops the operator, failing the test if the chart's RBAC refused it a call since it started.
+    fn finish(self) {
+        let made = self.audit.assert_nothing_forbidden();
+        assert!(made > 0, "the operator made no call as the chart's ServiceAccount");
     }
 
     fn start(identity: &str) -> Self {
@@ -114,7 +126,7 @@ impl Drop for Operator {
 #[test]
 fn pending_pods_get_simulated_nodes_that_register_initialize_and_run_them() {
     let _serial = serial();
-    install_crds();
+    install_chart();
     let id = format!("e2e-{}", std::process::id());
     let manifests = format!(
         r#"apiVersion: tenon.dev/v1alpha1
@@ -189,23 +201,36 @@ spec:
     let (code, metrics) = operator.get(operator.metrics, "/metrics").expect("metrics answer");
     assert_eq!(code, 200);
     assert!(metrics.contains("karpenter_cluster_state_synced 1"), "{metrics}");
-    assert!(!metrics.contains("karpenter_nodeclaims_created_total 0\n"), "{metrics}");
+    let created = format!("karpenter_nodeclaims_created_total{{nodepool=\"{id}\"}} {}", claims.len());
+    assert!(metrics.contains(&created), "{created} missing from {metrics}");
+    // Each pod was told where it goes, in an event of Karpenter's.
+    let events = ok(&kubectl(&["get", "events", "-n", &id, "-o", "json"], ""), "listing events");
+    let events: serde_json::Value = serde_json::from_str(&events).expect("JSON");
+    let nominated = events["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|e| {
+            e["reason"] == "Nominated"
+                && e["message"].as_str().is_some_and(|n| n.starts_with("Pod should schedule on: "))
+        })
+        .count();
+    assert!(nominated >= 20, "{nominated} Nominated events for 20 pods: {events}");
     clean_up(&id, &[&id]);
+    operator.finish();
 }
+
+/// The leader-election Lease's default name: the chart's Role lets the operator write only it.
+const LEASE: &str = "tenon-leader-election";
 
 /// Two replicas: exactly one leads; when the leader is killed outright, the other takes over within the
 /// lease's duration; a leader stopped with SIGTERM releases the lease, so the other takes over at once.
 #[test]
 fn one_of_two_replicas_leads_and_the_other_takes_over() {
     let _serial = serial();
-    install_crds();
+    install_chart();
     let id = format!("le-{}", std::process::id());
-    let replica = |n: usize| {
-        Operator::start_with(
-            &format!("{id}-{n}"),
-            &[("PROVIDERS", "self-managed"), ("LEADER_ELECTION_NAME", id.as_str())],
-        )
-    };
+    let replica = |n: usize| Operator::start_with(&format!("{id}-{n}"), &[("PROVIDERS", "self-managed")]);
     let (a, b) = (replica(1), replica(2));
     let a_leads = poll("exactly one leader", Duration::from_secs(60), || match (a.leads()?, b.leads()?) {
         (true, true) => panic!("both replicas lead"),
@@ -216,10 +241,10 @@ fn one_of_two_replicas_leads_and_the_other_takes_over() {
     // The standby stays ready: its stores are warm.
     assert_eq!(standby.get(standby.health, "/readyz").map(|(c, _)| c), Some(200));
     let holder = |name: &str| {
-        let out = kubectl(&["get", "lease", name, "-n", "default", "-o", "jsonpath={.spec.holderIdentity}"], "");
+        let out = kubectl(&["get", "lease", name, "-n", CHART_NAMESPACE, "-o", "jsonpath={.spec.holderIdentity}"], "");
         ok(&out, "reading the lease")
     };
-    assert_eq!(holder(&id), format!("{id}-{leader_name}"));
+    assert_eq!(holder(LEASE), format!("{id}-{leader_name}"));
     // Killed outright: no release, so the lease must run out first.
     let killed = Instant::now();
     leader.signal("-KILL");
@@ -230,7 +255,7 @@ fn one_of_two_replicas_leads_and_the_other_takes_over() {
         "took over after {took:?}, the lease lasts {} s",
         tenon::run::LEASE_DURATION_SECONDS
     );
-    drop(leader);
+    leader.finish();
     // A third replica stands by; the new leader stopped with SIGTERM hands over at once.
     let third = replica(3);
     poll("the third replica to be ready", Duration::from_secs(60), || {
@@ -241,7 +266,31 @@ fn one_of_two_replicas_leads_and_the_other_takes_over() {
     standby.signal("-TERM");
     poll("the third replica to take over", Duration::from_secs(30), || third.leads().filter(|l| *l));
     assert!(stopped.elapsed() < Duration::from_secs(tenon::run::LEASE_DURATION_SECONDS), "the lease was not released");
-    assert_eq!(holder(&id), format!("{id}-3"));
+    assert_eq!(holder(LEASE), format!("{id}-3"));
+    standby.finish();
+    third.finish();
+}
+
+/// A namespace `id` and, in it, a pod `web` asking for `requests` (a YAML flow map) on the nodes labelled
+/// `tenon.dev/e2e: id`, as a YAML stream to append to a test's manifests.
+fn namespace_and_pod(id: &str, requests: &str) -> String {
+    format!(
+        r#"---
+apiVersion: v1
+kind: Namespace
+metadata: {{name: {id}}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {{name: web, namespace: {id}}}
+spec:
+  nodeSelector: {{tenon.dev/e2e: {id}}}
+  containers:
+  - name: web
+    image: registry.invalid/web
+    resources: {{requests: {requests}}}
+"#
+    )
 }
 
 /// The claims of NodePool `pool`, as JSON.
@@ -384,7 +433,7 @@ fn settled(id: &str, replicas: usize) -> Option<usize> {
 #[test]
 fn a_scaled_down_fleet_is_consolidated_through_evictions_that_honour_the_pdb() {
     let _serial = serial();
-    install_crds();
+    install_chart();
     let id = format!("cons-{}", std::process::id());
     ok(&kubectl(&["apply", "--server-side", "-f", "-"], &consolidating_workload(&id, 20)), "applying the workload");
     let operator = consolidating_operator(&id);
@@ -399,7 +448,7 @@ fn a_scaled_down_fleet_is_consolidated_through_evictions_that_honour_the_pdb() {
     let events = ok(&kubectl(&["get", "events", "-A", "-o", "json"], ""), "listing events");
     assert!(events.contains("DisruptionTerminating"), "the disruption is reported in events");
     clean_up(&id, &[&id]);
-    drop(operator);
+    operator.finish();
 }
 
 /// Killed in the middle of a disruption command and restarted, tenon leaks nothing: no node left
@@ -408,7 +457,7 @@ fn a_scaled_down_fleet_is_consolidated_through_evictions_that_honour_the_pdb() {
 #[test]
 fn a_restart_in_the_middle_of_a_disruption_leaks_nothing() {
     let _serial = serial();
-    install_crds();
+    install_chart();
     let id = format!("restart-{}", std::process::id());
     ok(&kubectl(&["apply", "--server-side", "-f", "-"], &consolidating_workload(&id, 12)), "applying the workload");
     let first = consolidating_operator(&format!("{id}-1"));
@@ -420,7 +469,7 @@ fn a_restart_in_the_middle_of_a_disruption_leaks_nothing() {
         nodes_of(&id).iter().any(tainted_disrupted).then_some(())
     });
     first.signal("-KILL");
-    drop(first);
+    first.finish();
     let second = consolidating_operator(&format!("{id}-2"));
     let until = Instant::now() + Duration::from_secs(300);
     // A replacement the first process created for the command it never finished is real capacity now;
@@ -441,7 +490,7 @@ fn a_restart_in_the_middle_of_a_disruption_leaks_nothing() {
     };
     assert!(after <= before, "no more nodes than before: {after} against {before}");
     clean_up(&id, &[&id]);
-    drop(second);
+    second.finish();
 }
 
 /// Bad input gets a condition and nothing is applied: a NodePool the API server accepts but tenon's
@@ -450,7 +499,7 @@ fn a_restart_in_the_middle_of_a_disruption_leaks_nothing() {
 #[test]
 fn bad_input_gets_a_condition_and_nothing_is_applied() {
     let _serial = serial();
-    install_crds();
+    install_chart();
     let id = format!("bad-{}", std::process::id());
     let manifests = format!(
         r#"apiVersion: tenon.dev/v1alpha1
@@ -489,22 +538,8 @@ metadata: {{name: {id}-stray}}
 spec:
   nodeClassRef: {{group: example.com, kind: MissingNodeClass, name: nowhere}}
   requirements: []
----
-apiVersion: v1
-kind: Namespace
-metadata: {{name: {id}}}
----
-apiVersion: v1
-kind: Pod
-metadata: {{name: web, namespace: {id}}}
-spec:
-  nodeSelector: {{tenon.dev/e2e: {id}}}
-  containers:
-  - name: web
-    image: registry.invalid/web
-    resources: {{requests: {{cpu: 500m}}}}
 "#
-    );
+    ) + &namespace_and_pod(&id, "{cpu: 500m}");
     ok(&kubectl(&["apply", "--server-side", "-f", "-"], &manifests), "applying the objects");
     let operator = consolidating_operator(&id);
     let pool = |name: &str| -> serde_json::Value {
@@ -532,5 +567,126 @@ spec:
     assert!(!has_condition(&claim, "Launched", "True"));
     ok(&kubectl(&["delete", "nodeclaim", &stray, "--wait=false"], ""), "deleting the stray claim");
     clean_up(&id, &[&bad, &format!("{id}-good")]);
-    drop(operator);
+    operator.finish();
+}
+
+/// The stock binary built with `aws` serves EC2NodeClasses: the class is read from the API server and
+/// fed to the provider, which launches the pending pod's claim on EC2 (moto's server, started by
+/// `scripts/test.sh`), tagged with the claim; deleting the pool terminates the instance.
+#[cfg(feature = "aws")]
+#[test]
+fn the_aws_provider_launches_claims_from_ec2_node_classes_it_watches() {
+    use aws_sdk_ec2::types as ec2;
+
+    let _serial = serial();
+    install_chart();
+    let moto = std::env::var("TENON_MOTO_ENDPOINT").expect("TENON_MOTO_ENDPOINT: start moto (scripts/test.sh)");
+    let id = format!("aws-{}", std::process::id());
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let conf = rt.block_on(
+        aws_config::defaults(aws_config::BehaviorVersion::latest())
+            .region(aws_config::Region::new("us-east-1"))
+            .endpoint_url(&moto)
+            .credentials_provider(aws_sdk_ec2::config::Credentials::new("testing", "testing", None, None, "e2e"))
+            .load(),
+    );
+    let ec2 = aws_sdk_ec2::Client::new(&conf);
+    let tag = |rt: ec2::ResourceType| {
+        ec2::TagSpecification::builder()
+            .resource_type(rt)
+            .tags(ec2::Tag::builder().key("tenon-e2e").value(&id).build())
+            .build()
+    };
+    rt.block_on(async {
+        let vpc = ec2.create_vpc().cidr_block("10.1.0.0/16").send().await.unwrap();
+        let vpc = vpc.vpc().unwrap().vpc_id().unwrap().to_owned();
+        ec2.create_subnet()
+            .vpc_id(&vpc)
+            .cidr_block("10.1.0.0/24")
+            .availability_zone("us-east-1a")
+            .tag_specifications(tag(ec2::ResourceType::Subnet))
+            .send()
+            .await
+            .unwrap();
+        ec2.create_security_group()
+            .group_name(format!("nodes-{id}"))
+            .description("tenon e2e nodes")
+            .vpc_id(&vpc)
+            .tag_specifications(tag(ec2::ResourceType::SecurityGroup))
+            .send()
+            .await
+            .unwrap();
+        // One of moto's bundled x86_64 images, copied and tagged (a registered image has no architecture).
+        let image = ec2.copy_image().source_image_id("ami-760aaa0f").source_region("us-east-1").name(&id);
+        let image = image.send().await.unwrap().image_id().unwrap().to_owned();
+        let t = ec2::Tag::builder().key("tenon-e2e").value(&id).build();
+        ec2.create_tags().resources(&image).tags(t).send().await.unwrap();
+    });
+    let manifests = format!(
+        r#"apiVersion: karpenter.k8s.aws/v1
+kind: EC2NodeClass
+metadata: {{name: {id}}}
+spec:
+  role: KarpenterNodeRole-e2e
+  amiSelectorTerms: [{{tags: {{tenon-e2e: {id}}}}}]
+  subnetSelectorTerms: [{{tags: {{tenon-e2e: {id}}}}}]
+  securityGroupSelectorTerms: [{{tags: {{tenon-e2e: {id}}}}}]
+---
+apiVersion: karpenter.sh/v1
+kind: NodePool
+metadata: {{name: {id}}}
+spec:
+  template:
+    metadata:
+      labels: {{tenon.dev/e2e: {id}}}
+    spec:
+      nodeClassRef: {{group: karpenter.k8s.aws, kind: EC2NodeClass, name: {id}}}
+      requirements:
+      - {{key: node.kubernetes.io/instance-type, operator: In, values: [m5.large, c5.large]}}
+      - {{key: karpenter.sh/capacity-type, operator: In, values: [on-demand]}}
+"#
+    ) + &namespace_and_pod(&id, r#"{cpu: "1", memory: 1Gi}"#);
+    ok(&kubectl(&["apply", "--server-side", "-f", "-"], &manifests), "applying the objects");
+    let operator = Operator::start_with(
+        &id,
+        &[
+            ("PROVIDERS", "aws"),
+            ("DISABLE_LEADER_ELECTION", "true"),
+            ("CLUSTER_NAME", id.as_str()),
+            ("AWS_ENDPOINT_URL", moto.as_str()),
+            ("AWS_REGION", "us-east-1"),
+            ("AWS_ACCESS_KEY_ID", "testing"),
+            ("AWS_SECRET_ACCESS_KEY", "testing"),
+            ("AWS_EC2_METADATA_DISABLED", "true"),
+        ],
+    );
+    let claim = poll("a claim launched on EC2", Duration::from_secs(180), || {
+        claims_of(&id).into_iter().find(|c| has_condition(c, "Launched", "True"))
+    });
+    let name = claim["metadata"]["name"].as_str().unwrap().to_owned();
+    let pid = claim["status"]["providerID"].as_str().unwrap_or_default().to_owned();
+    assert!(pid.starts_with("aws:///us-east-1a/i-"), "{claim}");
+    let instance_id = pid.rsplit('/').next().unwrap().to_owned();
+    let describe = |id: &str| {
+        let out = rt.block_on(ec2.describe_instances().instance_ids(id).send()).unwrap();
+        out.reservations()[0].instances()[0].clone()
+    };
+    let instance = describe(&instance_id);
+    let tags: std::collections::BTreeMap<_, _> =
+        instance.tags().iter().map(|t| (t.key().unwrap_or_default(), t.value().unwrap_or_default())).collect();
+    assert_eq!(tags.get("karpenter.sh/nodeclaim"), Some(&name.as_str()), "{tags:?}");
+    assert_eq!(tags.get("karpenter.sh/nodepool"), Some(&id.as_str()), "{tags:?}");
+    let instance_type = instance.instance_type().map(|t| t.as_str().to_owned()).unwrap_or_default();
+    assert!(["m5.large", "c5.large"].contains(&instance_type.as_str()), "{instance_type}");
+    // The pool goes, its claim with it, and the instance is terminated.
+    ok(&kubectl(&["delete", "nodepool", &id, "--wait=false"], ""), "deleting the pool");
+    poll("the claim to go", Duration::from_secs(120), || claims_of(&id).is_empty().then_some(()));
+    let state = describe(&instance_id).state().and_then(|s| s.name().cloned());
+    assert!(
+        matches!(state, Some(ec2::InstanceStateName::ShuttingDown | ec2::InstanceStateName::Terminated)),
+        "{state:?}"
+    );
+    ok(&kubectl(&["delete", "namespace", &id, "--wait=false"], ""), "deleting the namespace");
+    ok(&kubectl(&["delete", "ec2nodeclass", &id, "--wait=false"], ""), "deleting the class");
+    operator.finish();
 }

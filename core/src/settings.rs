@@ -240,7 +240,7 @@ pub const SETTINGS: &[SettingSpec] = &[
         "PROVIDERS",
         "",
         Kind::Text,
-        "The built-in providers `tenon run` registers, comma-separated (aws, self-managed, kwok); empty registers every one built in.",
+        "The built-in providers `tenon run` registers, comma-separated (kwok, self-managed, aws); empty registers every one built in that needs no cloud account (kwok, self-managed): a cloud provider runs only when named.",
     ),
     s(
         "leader-election-name",
@@ -263,6 +263,13 @@ pub const SETTINGS: &[SettingSpec] = &[
         "8081",
         Kind::Count,
         "The port `tenon run` serves /healthz and /readyz on.",
+    ),
+    s(
+        "interruption-queue",
+        "INTERRUPTION_QUEUE",
+        "",
+        Kind::Text,
+        "The SQS queue (name or URL) EventBridge delivers EC2 interruption events to, for the aws provider; empty turns interruption handling off.",
     ),
     s(
         "kwok-catalog",
@@ -464,6 +471,8 @@ pub struct Settings {
     pub metrics_port: u16,
     /// The health-probe port.
     pub health_probe_port: u16,
+    /// The aws provider's interruption queue (`None`: no interruption handling).
+    pub interruption_queue: Option<String>,
     /// The simulated-node provider's InstanceCatalog file (`None`: its built-in catalog).
     pub kwok_catalog: Option<String>,
     /// How long a simulated node takes to appear.
@@ -685,6 +694,7 @@ impl Settings {
             disable_leader_election: boolean("disable-leader-election")?,
             metrics_port: port("metrics-port")?,
             health_probe_port: port("health-probe-port")?,
+            interruption_queue: Some(get("interruption-queue").1.trim().to_owned()).filter(|q| !q.is_empty()),
             kwok_catalog: Some(get("kwok-catalog").1.trim().to_owned()).filter(|c| !c.is_empty()),
             kwok_registration_delay: duration("kwok-registration-delay")?,
         })

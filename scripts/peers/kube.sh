@@ -8,6 +8,7 @@
 #                                     export TENON_KUBE_SERVER=https://127.0.0.1:PORT
 #                                     export TENON_KUBE_VERSION=v1.34.N
 #                                     export TENON_KUBECTL=CACHE/kubectl           (same version)
+#                                     export TENON_KUBE_AUDIT_LOG=DIR/audit.log    (see below)
 #   scripts/peers/kube.sh stop DIR    stops every process it started
 #
 # The binaries are built with Go from the Go module proxy through three wrapper modules:
@@ -26,7 +27,9 @@
 # controller manager runs its default controllers (garbage collector, namespace, serviceaccount and
 # tokens, deployment/replicaset, disruption, node lifecycle, ...), each with its own ServiceAccount. kwok
 # manages the nodes annotated kwok.x-k8s.io/node=fake: it marks them Ready, renews their leases and runs
-# the pods bound to them. start returns once the apiserver is ready, every component answers its health
+# the pods bound to them. The apiserver writes an audit log (JSON lines, metadata level, written before
+# each response is sent) of every request made by a ServiceAccount outside kube-system: what a test's
+# operator running as its chart's ServiceAccount did, and which calls RBAC refused (403). start returns once the apiserver is ready, every component answers its health
 # check and the default ServiceAccount exists; on failure it prints the failing component's log tail
 # and stops what it started.
 set -euo pipefail
@@ -215,7 +218,7 @@ start)
   trap stop_all EXIT
   umask 077
   pki="$dir/pki"
-  rm -rf "$pki" "$dir/etcd-data" "$dir/kwok-home" "$dir"/*-serving "$dir"/*.log "$dir"/*.kubeconfig
+  rm -rf "$pki" "$dir/etcd-data" "$dir/kwok-home" "$dir"/*-serving "$dir"/*.log "$dir"/*.kubeconfig "$dir/audit-policy.yaml"
   mkdir -p "$pki" "$dir/kwok-home"
 
   read -r etcd_port etcd_peer_port api_port kcm_port scheduler_port kwok_port < <(python3 -c '
@@ -244,6 +247,18 @@ print(" ".join(str(s.getsockname()[1]) for s in socks))
     kubeconfig "$user"
   done
 
+  cat >"$dir/audit-policy.yaml" <<'EOF'
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+- level: None
+  userGroups: ["system:serviceaccounts:kube-system"]
+- level: Metadata
+  userGroups: ["system:serviceaccounts"]
+- level: None
+EOF
+
   # No fsync: the data lives as long as one test run.
   launch etcd "$bin/etcd" --name=tenon --data-dir="$dir/etcd-data" --unsafe-no-fsync \
     --listen-client-urls="http://127.0.0.1:$etcd_port" --advertise-client-urls="http://127.0.0.1:$etcd_port" \
@@ -269,6 +284,8 @@ print(" ".join(str(s.getsockname()[1]) for s in socks))
     --service-account-key-file="$pki/service-account.pub" \
     --service-account-signing-key-file="$pki/service-account.key" \
     --service-cluster-ip-range="$SERVICE_CIDR" \
+    --audit-policy-file="$dir/audit-policy.yaml" --audit-log-path="$dir/audit.log" --audit-log-format=json \
+    --audit-log-mode=blocking --audit-log-maxsize=0 \
     --profiling=false
   wait_for kube-apiserver "ready apiserver (/readyz)" api /readyz
 
@@ -304,6 +321,7 @@ print(" ".join(str(s.getsockname()[1]) for s in socks))
   echo "export TENON_KUBE_SERVER=$server"
   echo "export TENON_KUBE_VERSION=$KUBE_VERSION"
   echo "export TENON_KUBECTL=$bin/kubectl"
+  echo "export TENON_KUBE_AUDIT_LOG=$dir/audit.log"
   echo "kube peer: $KUBE_VERSION (etcd $ETCD_VERSION, kwok $KWOK_VERSION) ready at $server" >&2
   ;;
 stop)

@@ -1,8 +1,9 @@
 //! The cluster port on kube-rs: reflector stores as the snapshot, the API server for writes.
 //!
 //! [`KubeCluster::start`] runs one watcher per kind the decisions read (Pods, Nodes, NodeClaims,
-//! NodePools, DaemonSets, PodDisruptionBudgets, VolumeAttachments), each feeding a reflector store with
-//! the default back-off, managed fields stripped. [`Cluster::snapshot`] reads the stores; it is rebuilt
+//! NodePools, DaemonSets, PodDisruptionBudgets, VolumeAttachments, PersistentVolumes,
+//! PersistentVolumeClaims, StorageClasses, CSINodes), each feeding a reflector store with the default
+//! back-off, managed fields stripped (and of pods, what no decision reads: see [`trim_pod`]). [`Cluster::snapshot`] reads the stores; it is rebuilt
 //! only after a watch event, and shares each object's `Arc` with the store, so unchanged objects are the
 //! same objects from one snapshot to the next (the runtime notices changes and reuses pods' scheduling
 //! views by identity). No decision is made before every store holds its initial list
@@ -11,8 +12,10 @@
 //! Writes go to the API server: metadata as a JSON merge patch carrying the object's `resourceVersion`
 //! (a precondition: a stale write fails as `Conflict`) and deleting the labels and annotations the new
 //! object drops; status through the status subresource; evictions through `policy/v1` Eviction (429: a
-//! PodDisruptionBudget refuses for now); events through `events.k8s.io/v1`. Every API error is classified
-//! into [`ApiErrorKind`] in one place, [`api_error`].
+//! PodDisruptionBudget refuses for now); events through `events.k8s.io/v1`, from a bounded queue a task
+//! of their own drains, so a decision never waits for an event (when the queue is full, events are
+//! dropped with a debug line). Every API error is classified into [`ApiErrorKind`] in one place,
+//! [`api_error`].
 
 use std::collections::BTreeMap;
 use std::fmt::Debug;
@@ -23,9 +26,9 @@ use std::sync::{Arc, Mutex, PoisonError};
 use async_trait::async_trait;
 use futures_util::StreamExt;
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{Node, ObjectReference, Pod};
+use k8s_openapi::api::core::v1::{Node, ObjectReference, PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use k8s_openapi::api::storage::v1::VolumeAttachment;
+use k8s_openapi::api::storage::v1::{CSINode, StorageClass, VolumeAttachment};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, DeleteParams, EvictParams, Patch, PatchParams, PostParams};
 use kube::runtime::events::{Event as KubeEvent, EventType as KubeEventType, Recorder, Reporter};
@@ -35,11 +38,13 @@ use kube::{Client, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 use tenon_core::api::{NodeClaim, NodePool};
-use tenon_core::cluster::{ApiError, ApiErrorKind, Cluster, ClusterEvent, EventType, Snapshot, pod_key};
-use tokio::sync::Notify;
+use tenon_core::cluster::{ApiError, ApiErrorKind, Cluster, ClusterEvent, EventType, Snapshot, Storage, pod_key};
+use tokio::sync::{Notify, mpsc};
 
 /// The field manager tenon's writes are recorded under.
 pub const FIELD_MANAGER: &str = "tenon";
+/// How many events wait to be written at most; more are dropped until the queue drains.
+const EVENT_QUEUE: usize = 1024;
 
 /// The reflector stores the snapshot is read from.
 #[derive(Clone)]
@@ -51,6 +56,10 @@ struct Stores {
     daemon_sets: Store<DaemonSet>,
     pdbs: Store<PodDisruptionBudget>,
     volume_attachments: Store<VolumeAttachment>,
+    persistent_volumes: Store<PersistentVolume>,
+    persistent_volume_claims: Store<PersistentVolumeClaim>,
+    storage_classes: Store<StorageClass>,
+    csi_nodes: Store<CSINode>,
 }
 
 /// The cluster port over a kube-rs client. See the [module docs](self).
@@ -61,8 +70,10 @@ pub struct KubeCluster {
     generation: Arc<AtomicU64>,
     changed: Arc<Notify>,
     cached: Mutex<Option<(u64, Snapshot)>>,
-    recorder: Recorder,
+    events: mpsc::Sender<(KubeEvent, ObjectReference)>,
     synced: Arc<AtomicBool>,
+    /// The initial lists of the NodeClass kinds fed to providers, awaited by [`KubeCluster::wait_synced`].
+    feeds: Mutex<Vec<futures_util::future::BoxFuture<'static, ()>>>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
 
@@ -91,12 +102,59 @@ where
     K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
     K::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
 {
+    watch_trimmed(api, generation, changed, tasks, |_| {})
+}
+
+/// What of a pod no decision reads, dropped before the store keeps it: its containers' commands,
+/// arguments, environment, probes, mounts and lifecycle hooks, and its containers' statuses. Kept:
+/// everything scheduling, disruption and termination read (requests and limits, ports, volumes,
+/// affinity, tolerations, topology spread, node selector, priority, owner references, annotations,
+/// conditions, phase, nominated node).
+pub fn trim_pod(pod: &mut Pod) {
+    pod.metadata.managed_fields = None;
+    if let Some(spec) = pod.spec.as_mut() {
+        for c in spec.containers.iter_mut().chain(spec.init_containers.iter_mut().flatten()) {
+            c.command = None;
+            c.args = None;
+            c.env = None;
+            c.env_from = None;
+            c.liveness_probe = None;
+            c.readiness_probe = None;
+            c.startup_probe = None;
+            c.volume_mounts = None;
+            c.volume_devices = None;
+            c.lifecycle = None;
+        }
+        spec.ephemeral_containers = None;
+    }
+    if let Some(status) = pod.status.as_mut() {
+        status.container_statuses = None;
+        status.init_container_statuses = None;
+        status.ephemeral_container_statuses = None;
+    }
+}
+
+/// [`watch`], with `trim` applied to every object before the store keeps it.
+fn watch_trimmed<K>(
+    api: Api<K>,
+    generation: Arc<AtomicU64>,
+    changed: Arc<Notify>,
+    tasks: &mut Vec<tokio::task::JoinHandle<()>>,
+    trim: fn(&mut K),
+) -> Store<K>
+where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    K::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
+{
     let (store, writer) = reflector::store();
     let kind = K::kind(&K::DynamicType::default()).into_owned();
     tasks.push(tokio::spawn(async move {
         let stream = watcher(api, watcher::Config::default())
             .default_backoff()
-            .modify(|o: &mut K| o.managed_fields_mut().clear())
+            .modify(move |o: &mut K| {
+                o.managed_fields_mut().clear();
+                trim(o);
+            })
             .reflect(writer);
         let mut stream = std::pin::pin!(stream);
         while let Some(event) = stream.next().await {
@@ -120,25 +178,80 @@ impl KubeCluster {
         let mut tasks = Vec::new();
         let (g, n) = (&generation, &changed);
         let stores = Stores {
-            pods: watch(Api::<Pod>::all(client.clone()), g.clone(), n.clone(), &mut tasks),
+            pods: watch_trimmed(Api::<Pod>::all(client.clone()), g.clone(), n.clone(), &mut tasks, trim_pod),
             nodes: watch(Api::<Node>::all(client.clone()), g.clone(), n.clone(), &mut tasks),
             claims: watch(Api::<NodeClaim>::all(client.clone()), g.clone(), n.clone(), &mut tasks),
             pools: watch(Api::<NodePool>::all(client.clone()), g.clone(), n.clone(), &mut tasks),
             daemon_sets: watch(Api::<DaemonSet>::all(client.clone()), g.clone(), n.clone(), &mut tasks),
             pdbs: watch(Api::<PodDisruptionBudget>::all(client.clone()), g.clone(), n.clone(), &mut tasks),
             volume_attachments: watch(Api::<VolumeAttachment>::all(client.clone()), g.clone(), n.clone(), &mut tasks),
+            persistent_volumes: watch(Api::<PersistentVolume>::all(client.clone()), g.clone(), n.clone(), &mut tasks),
+            persistent_volume_claims: watch(
+                Api::<PersistentVolumeClaim>::all(client.clone()),
+                g.clone(),
+                n.clone(),
+                &mut tasks,
+            ),
+            storage_classes: watch(Api::<StorageClass>::all(client.clone()), g.clone(), n.clone(), &mut tasks),
+            csi_nodes: watch(Api::<CSINode>::all(client.clone()), g.clone(), n.clone(), &mut tasks),
         };
         let recorder = Recorder::new(client.clone(), reporter);
+        let (events, mut queued) = mpsc::channel::<(KubeEvent, ObjectReference)>(EVENT_QUEUE);
+        tasks.push(tokio::spawn(async move {
+            while let Some((event, reference)) = queued.recv().await {
+                if let Err(e) = recorder.publish(&event, &reference).await {
+                    let object = reference.name.unwrap_or_default();
+                    tracing::debug!(%object, reason = %event.reason, error = %e, "event not published");
+                }
+            }
+        }));
         Self {
             client,
             stores,
             generation,
             changed,
             cached: Mutex::new(None),
-            recorder,
+            events,
             synced: Arc::new(AtomicBool::new(false)),
+            feeds: Mutex::default(),
             tasks,
         }
+    }
+
+    /// Watches the NodeClass kind `K` of a provider: after its initial list and after every change,
+    /// `sink` gets every object of the kind (the provider diffs them against what it holds). The cluster
+    /// counts as synced only once the kind's initial list is in.
+    pub fn feed_node_classes<K>(&mut self, sink: impl Fn(Vec<Arc<K>>) + Send + Sync + 'static)
+    where
+        K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    {
+        let (store, writer) = reflector::store();
+        let api = Api::<K>::all(self.client.clone());
+        let kind = K::kind(&()).into_owned();
+        let reader = store.clone();
+        self.tasks.push(tokio::spawn(async move {
+            let stream = watcher(api, watcher::Config::default())
+                .default_backoff()
+                .modify(|o: &mut K| o.managed_fields_mut().clear())
+                .reflect(writer);
+            let mut stream = std::pin::pin!(stream);
+            let mut listed = false;
+            while let Some(event) = stream.next().await {
+                match event {
+                    Ok(watcher::Event::InitDone) => {
+                        listed = true;
+                        sink(reader.state());
+                    }
+                    Ok(watcher::Event::Apply(_) | watcher::Event::Delete(_)) if listed => sink(reader.state()),
+                    Ok(_) => {}
+                    Err(e) => tracing::warn!(kind = %kind, error = %e, "watch failed; retrying with back-off"),
+                }
+            }
+        }));
+        let ready = async move {
+            let _ = store.wait_until_ready().await;
+        };
+        self.feeds.lock().unwrap_or_else(PoisonError::into_inner).push(Box::pin(ready));
     }
 
     /// Waits until every store holds its initial list. Nothing is decided before.
@@ -152,6 +265,12 @@ impl KubeCluster {
         let _ = s.daemon_sets.wait_until_ready().await;
         let _ = s.pdbs.wait_until_ready().await;
         let _ = s.volume_attachments.wait_until_ready().await;
+        let _ = s.persistent_volumes.wait_until_ready().await;
+        let _ = s.persistent_volume_claims.wait_until_ready().await;
+        let _ = s.storage_classes.wait_until_ready().await;
+        let _ = s.csi_nodes.wait_until_ready().await;
+        let feeds = std::mem::take(&mut *self.feeds.lock().unwrap_or_else(PoisonError::into_inner));
+        futures_util::future::join_all(feeds).await;
         self.synced.store(true, Ordering::Release);
     }
 
@@ -190,6 +309,18 @@ impl KubeCluster {
                     .map(|v| (v.name_any(), v.spec.node_name.clone()))
                     .collect(),
             ),
+            storage: Storage {
+                volumes: Arc::new(s.persistent_volumes.state().into_iter().map(|v| (v.name_any(), v)).collect()),
+                claims: Arc::new(
+                    s.persistent_volume_claims
+                        .state()
+                        .into_iter()
+                        .map(|c| (format!("{}/{}", c.namespace().unwrap_or_default(), c.name_any()), c))
+                        .collect(),
+                ),
+                classes: Arc::new(s.storage_classes.state().into_iter().map(|c| (c.name_any(), c)).collect()),
+                csi_nodes: Arc::new(s.csi_nodes.state().into_iter().map(|c| (c.name_any(), c)).collect()),
+            },
         }
     }
 
@@ -396,8 +527,8 @@ impl Cluster for KubeCluster {
             action: event.reason.to_owned(),
             secondary: None,
         };
-        if let Err(err) = self.recorder.publish(&e, &reference).await {
-            tracing::debug!(object = %event.name, reason = event.reason, error = %err, "event not published");
+        if let Err(err) = self.events.try_send((e, reference)) {
+            tracing::debug!(object = %event.name, reason = event.reason, error = %err, "event dropped: the queue is full");
         }
     }
 }

@@ -131,6 +131,7 @@ leaderElectionName: LEADER_ELECTION_NAME
 disableLeaderElection: DISABLE_LEADER_ELECTION
 metricsPort: METRICS_PORT
 healthProbePort: HEALTH_PROBE_PORT
+interruptionQueue: INTERRUPTION_QUEUE
 kwokCatalog: KWOK_CATALOG
 kwokRegistrationDelay: KWOK_REGISTRATION_DELAY
 {{- end }}

@@ -18,8 +18,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 
 use crate::api::{NodeClaim, NodePool};
 
@@ -166,6 +167,23 @@ pub struct Snapshot {
     pub pdbs: Arc<Vec<PodDisruptionBudget>>,
     /// VolumeAttachments: attachment name → node.
     pub volume_attachments: Arc<BTreeMap<String, String>>,
+    /// The storage a pod's volumes need of its node: PersistentVolumes by name (their node affinity),
+    /// PersistentVolumeClaims by `namespace/name`, StorageClasses by name (binding mode, allowed
+    /// topologies) and CSINodes by name (each driver's attach limit on that node).
+    pub storage: Storage,
+}
+
+/// The storage objects of a [`Snapshot`]; each collection is shared like the snapshot's others.
+#[derive(Debug, Clone, Default)]
+pub struct Storage {
+    /// PersistentVolumes by name.
+    pub volumes: Arc<BTreeMap<String, Arc<PersistentVolume>>>,
+    /// PersistentVolumeClaims by `namespace/name`.
+    pub claims: Arc<BTreeMap<String, Arc<PersistentVolumeClaim>>>,
+    /// StorageClasses by name.
+    pub classes: Arc<BTreeMap<String, Arc<StorageClass>>>,
+    /// CSINodes by name (a CSINode is named after its node).
+    pub csi_nodes: Arc<BTreeMap<String, Arc<CSINode>>>,
 }
 
 impl Snapshot {

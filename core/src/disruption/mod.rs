@@ -121,6 +121,11 @@ pub struct Pass {
     pub commands: Vec<Command>,
     /// Nodes considered and left alone, with the reason.
     pub unconsolidatable: Vec<Blocked>,
+    /// The nodes of `unconsolidatable` that are not candidates at all (a PDB, `do-not-disrupt`, a budget
+    /// at zero, a node not yet initialized, …): Karpenter reports them as `DisruptionBlocked`, and the
+    /// others, which a method examined and could not act on, as `Unconsolidatable`.
+    #[serde(skip)]
+    pub blocked: std::collections::BTreeSet<String>,
 }
 
 /// What a pass reads.
@@ -143,6 +148,7 @@ pub fn compute(inputs: &Inputs<'_>) -> Pass {
 
 /// A pass over candidates already found by [`candidates`], with the nodes they left out and why.
 pub fn compute_from(inputs: &Inputs<'_>, cands: Vec<Candidate>, mut blocked: Vec<Blocked>) -> Pass {
+    let filtered = blocked.iter().map(|b| b.node.clone()).collect();
     let mut sim = Simulator::new(inputs, &cands);
     let started = Instant::now();
     for method in [
@@ -165,12 +171,12 @@ pub fn compute_from(inputs: &Inputs<'_>, cands: Vec<Candidate>, mut blocked: Vec
             let acted: Vec<&str> = commands.iter().flat_map(|c| c.candidates.iter().map(|x| x.node.as_str())).collect();
             blocked.extend(notes.into_iter().filter(|b| !acted.contains(&b.node.as_str())));
             dedupe(&mut blocked);
-            return Pass { method: Some(method), commands, unconsolidatable: blocked };
+            return Pass { method: Some(method), commands, unconsolidatable: blocked, blocked: filtered };
         }
         blocked.extend(notes);
     }
     dedupe(&mut blocked);
-    Pass { method: None, commands: Vec::new(), unconsolidatable: blocked }
+    Pass { method: None, commands: Vec::new(), unconsolidatable: blocked, blocked: filtered }
 }
 
 /// How long a pass that found nothing is trusted while its digest stays the same. Prices, budgets and

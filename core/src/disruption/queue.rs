@@ -502,12 +502,23 @@ pub struct Controller {
     next_pass: Option<Timestamp>,
     /// The digest of the last pass that found nothing, and when it ran.
     quiet: Option<(u64, Timestamp)>,
+    /// What the last pass left alone and why, until taken ([`Controller::take_notes`]).
+    notes: Option<Notes>,
 }
+
+/// The nodes a disruption pass left alone: `(node, reason, blocked)`, where `blocked` means the node was
+/// no candidate at all (see [`super::Pass::blocked`]).
+pub type Notes = Vec<(String, String, bool)>;
 
 impl Controller {
     /// A controller with an empty queue.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// What the last pass computed since the previous call left alone, and why; `None` when no pass ran.
+    pub fn take_notes(&mut self) -> Option<Notes> {
+        self.notes.take()
     }
 
     /// When the controller next has something to do on its own (a proposal's validation window ending,
@@ -596,6 +607,12 @@ impl Controller {
         }
         let pass = super::compute_from(inputs, cands, blocked);
         self.quiet = pass.method.is_none().then_some((digest, now));
+        self.notes = Some(
+            pass.unconsolidatable
+                .iter()
+                .map(|b| (b.node.clone(), b.reason.clone(), pass.blocked.contains(&b.node)))
+                .collect(),
+        );
         if let Some(method) = pass.method {
             let ready_at = clock::add(now, inputs.settings.command_validation_delay);
             for command in pass.commands {

@@ -96,6 +96,46 @@ pub struct Runtime {
     /// For each claim still booting, the pods provisioning last planned onto it.
     pub reserved: HashMap<String, Vec<String>>,
     pod_infos: PodInfoCache,
+    /// Events recently published, so a condition that holds pass after pass is reported once a while.
+    recent: RecentEvents,
+}
+
+/// How long an `Unconsolidatable` event about one object silences the next, as Karpenter's.
+const UNCONSOLIDATABLE_DEDUPE: Duration = Duration::from_secs(15 * 60);
+/// How long a NodePool's `DisruptionBlocked` (a budget at zero) silences the next: budgets move by the
+/// minute.
+const POOL_BLOCKED_DEDUPE: Duration = Duration::from_secs(60);
+/// How long any other event about one object, with one reason, silences the next (Karpenter's default).
+const EVENT_DEDUPE: Duration = Duration::from_secs(120);
+
+/// The events published lately, by object and reason (and, for a NodePool's budget, the disruption
+/// reason): the same condition reported pass after pass makes one event per dedupe window, as Karpenter's
+/// recorder dedupes, whatever its message says.
+#[derive(Debug, Default)]
+struct RecentEvents {
+    at: HashMap<(&'static str, String, &'static str), Timestamp>,
+}
+
+impl RecentEvents {
+    /// Whether an event about `object` of `kind` with `reason` goes out now; records it if so.
+    fn admit(
+        &mut self,
+        kind: &'static str,
+        object: &str,
+        reason: &'static str,
+        dedupe: Duration,
+        now: Timestamp,
+    ) -> bool {
+        if self.at.len() > 4096 {
+            self.at.retain(|_, at| clock::since(now, *at) < UNCONSOLIDATABLE_DEDUPE);
+        }
+        let key = (kind, object.to_owned(), reason);
+        if self.at.get(&key).is_some_and(|at| clock::since(now, *at) < dedupe) {
+            return false;
+        }
+        self.at.insert(key, now);
+        true
+    }
 }
 
 impl std::fmt::Debug for Runtime {
@@ -132,6 +172,7 @@ impl Runtime {
             decisions: Vec::new(),
             reserved: HashMap::new(),
             pod_infos: PodInfoCache::default(),
+            recent: RecentEvents::default(),
         }
     }
 
@@ -395,10 +436,15 @@ impl Runtime {
             }
         }
         self.reserved.retain(|claim, _| snapshot.claims.contains_key(claim));
+        for placed in &out.results.existing {
+            let target = if snapshot.claims.contains_key(&placed.node) { "nodeclaim" } else { "node" };
+            self.nominated(cluster, &placed.pods, &format!("{target}/{}", placed.node), now).await;
+        }
         for (claim, plan) in out.claims.into_iter().zip(out.results.claims.iter()) {
             match cluster.create_claim(&claim).await {
                 Ok(_) => {
                     self.reserved.insert(claim.name().to_owned(), plan.pods.clone());
+                    self.nominated(cluster, &plan.pods, &format!("nodeclaim/{}", claim.name()), now).await;
                 }
                 // A create whose answer was lost may have landed; the claim is reconciled if it did.
                 Err(e) if e.kind == ApiErrorKind::Unavailable => {
@@ -412,6 +458,57 @@ impl Runtime {
                     let pool = claim.node_pool().unwrap_or_default().to_owned();
                     let message = format!("creating NodeClaim {}: {e}", claim.name());
                     cluster.publish(pool_event(&pool, EventType::Warning, "FailedCreate", message)).await;
+                }
+            }
+        }
+    }
+
+    /// `Nominated` events on `pods` (by key), placed on `target` (`nodeclaim/NAME` or `node/NAME`).
+    async fn nominated(&mut self, cluster: &dyn Cluster, pods: &[String], target: &str, now: Timestamp) {
+        for pod in pods {
+            if self.recent.admit("Pod", pod, "Nominated", EVENT_DEDUPE, now) {
+                let message = format!("Pod should schedule on: {target}");
+                cluster.publish(ClusterEvent::pod(pod, EventType::Normal, "Nominated", message)).await;
+            }
+        }
+    }
+
+    /// After a disruption pass: `DisruptionBlocked` on the Node and NodeClaim of each node that is no
+    /// candidate (and on each NodePool whose budget is at zero for a reason with nodes to disrupt), and
+    /// `Unconsolidatable` on those a method examined and left alone, each with its reason.
+    async fn report_pass(&mut self, cluster: &dyn Cluster, snapshot: &Snapshot, state: &ClusterState, now: Timestamp) {
+        use crate::api::DisruptionReason;
+        let Some(notes) = self.disruption.take_notes() else { return };
+        let claims: HashMap<&str, &str> = snapshot
+            .claims
+            .values()
+            .filter_map(|c| Some((c.status.as_ref()?.node_name.as_deref()?, c.name())))
+            .collect();
+        for (node, reason, blocked) in notes {
+            let (event, dedupe) = if blocked {
+                ("DisruptionBlocked", EVENT_DEDUPE)
+            } else {
+                ("Unconsolidatable", UNCONSOLIDATABLE_DEDUPE)
+            };
+            if self.recent.admit("Node", &node, event, dedupe, now) {
+                cluster.publish(ClusterEvent::node(&node, EventType::Normal, event, reason.clone())).await;
+            }
+            if let Some(claim) = claims.get(node.as_str())
+                && self.recent.admit("NodeClaim", claim, event, dedupe, now)
+            {
+                cluster.publish(ClusterEvent::claim(claim, EventType::Normal, event, reason)).await;
+            }
+        }
+        for reason in [DisruptionReason::Empty, DisruptionReason::Drifted, DisruptionReason::Underutilized] {
+            for (pool, allowed, _) in crate::disruption::allowances(state, reason, now) {
+                if allowed > 0 || state.pool_nodes(&pool).next().is_none() {
+                    continue;
+                }
+                let object = format!("{pool}/{reason}");
+                if self.recent.admit("NodePool", &object, "DisruptionBlocked", POOL_BLOCKED_DEDUPE, now) {
+                    let message =
+                        format!("No allowed disruptions for disruption reason {reason} due to blocking budget");
+                    cluster.publish(pool_event(&pool, EventType::Normal, "DisruptionBlocked", message)).await;
                 }
             }
         }
@@ -537,6 +634,7 @@ impl Runtime {
             }
             self.decisions.push((now, e));
         }
+        self.report_pass(cluster, &snapshot, &state, now).await;
     }
 
     /// The executor's half of a repair reboot: taint the node and ask its provider.

@@ -492,3 +492,50 @@ async fn pools_carry_their_status_and_an_invalid_pool_is_left_out() {
     let events = sim.api.lock().events.clone();
     assert_eq!(events.iter().filter(|e| e.reason == "FailedValidation" && e.name == "bad").count(), 1);
 }
+
+/// Events as Karpenter publishes them: `Nominated` on each pod bought for, once; `DisruptionBlocked` on
+/// the Node and NodeClaim of a node no disruption may touch (a `do-not-disrupt` pod), and on a NodePool
+/// whose budget is at zero; each repeated at most once per dedupe window however often the pass runs.
+#[tokio::test]
+async fn nominations_and_blocked_disruptions_are_reported_in_deduplicated_events() {
+    let clock = VirtualClock::at_epoch();
+    let cloud = Arc::new(FakeCloud::builder().clock(clock.clone()).build());
+    let mut pinned = NodePool::new("pinned", NodePoolSpec::default());
+    pinned.spec.disruption.budgets[0].nodes = "0".into();
+    pinned.spec.template.metadata.labels.insert("pool".into(), "pinned".into());
+    let mut sim =
+        Sim::new(clock, cloud, vec![NodePool::new("default", NodePoolSpec::default()), pinned], Settings::default());
+    let mut kept = pod("kept", "700m", 0);
+    kept.metadata.annotations = Some([(labels::DO_NOT_DISRUPT.to_owned(), "true".to_owned())].into());
+    kept.spec.as_mut().unwrap().node_selector = Some([(labels::NODE_POOL.to_owned(), "default".to_owned())].into());
+    sim.add_pod(kept);
+    let mut held = pod("held", "700m", 0);
+    held.spec.as_mut().unwrap().node_selector = Some([("pool".to_owned(), "pinned".to_owned())].into());
+    sim.add_pod(held);
+    sim.run(Duration::from_secs(11 * 60), STEP).await;
+    assert!(sim.pending().is_empty());
+    let events = sim.api.lock().events.clone();
+    let count = |kind: &str, reason: &str, name: &str| {
+        events.iter().filter(|e| e.kind == kind && e.reason == reason && e.name.starts_with(name)).count()
+    };
+    for pod in ["kept", "held"] {
+        let nominated: Vec<_> = events.iter().filter(|e| e.reason == "Nominated" && e.name == pod).collect();
+        assert_eq!(nominated.len(), 1, "{nominated:?}");
+        assert!(nominated[0].message.starts_with("Pod should schedule on: nodeclaim/"), "{:?}", nominated[0]);
+        assert_eq!(nominated[0].namespace.as_deref(), Some("default"));
+    }
+    let kept_node = sim.api.lock().pods.get("default/kept").and_then(|p| p.spec.as_ref()?.node_name.clone()).unwrap();
+    let on_node: Vec<_> = events.iter().filter(|e| e.kind == "Node" && e.name == kept_node).collect();
+    let blocked: Vec<_> = on_node.iter().filter(|e| e.reason == "DisruptionBlocked").collect();
+    assert!(blocked.iter().any(|e| e.message.contains("do-not-disrupt")), "{on_node:?}");
+    // Once its pod is bound, the node is never a candidate: nothing after that says anything else.
+    let last = on_node.last().unwrap();
+    assert!(last.reason == "DisruptionBlocked" && last.message.contains("do-not-disrupt"), "{on_node:?}");
+    // Ten minutes of passes every few seconds, one event per two minutes at most.
+    assert!(on_node.len() <= 6, "{} events in 11 minutes: {on_node:?}", on_node.len());
+    assert!(count("NodeClaim", "DisruptionBlocked", "default-") >= 1);
+    let budget = events.iter().find(|e| e.kind == "NodePool" && e.name == "pinned" && e.reason == "DisruptionBlocked");
+    let budget = budget.expect("the pinned pool's budget is reported");
+    assert!(budget.message.contains("due to blocking budget"), "{budget:?}");
+    assert!(count("NodePool", "DisruptionBlocked", "pinned") <= 3 * 11, "at most once a minute per reason");
+}

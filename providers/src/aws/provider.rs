@@ -276,6 +276,15 @@ impl AwsProvider {
         Ok(())
     }
 
+    /// Forgets an `EC2NodeClass` at once, leaving its launch templates: a class that no longer validates
+    /// is not launched from with its last good spec; its claims answer `NodeClassNotReady` until it is
+    /// fixed.
+    pub fn forget_node_class(&self, name: &str) {
+        let mut st = self.state();
+        st.classes.remove(name);
+        st.resolved.remove(name);
+    }
+
     /// Forgets an `EC2NodeClass` and deletes the launch templates this cluster made for it (what a
     /// finalizer on the class does before it lets the class go). Instances launched from them run on.
     pub async fn delete_node_class(&self, name: &str) -> Result<(), CloudError> {
