@@ -18,6 +18,23 @@ struct PoolLabels {
     nodepool: String,
 }
 
+/// The labels of a disrupted claim: its pool, capacity type and disruption reason.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DisruptedLabels {
+    nodepool: String,
+    capacity_type: String,
+    reason: String,
+}
+
+/// What the metrics remember of a claim between two observations.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct SeenClaim {
+    pool: String,
+    capacity_type: String,
+    /// Its `DisruptionReason` condition's reason, when a disruption command holds it.
+    disruption: Option<String>,
+}
+
 /// The `nodepool` and `resource_type` labels.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct PoolResourceLabels {
@@ -48,13 +65,13 @@ pub struct Metrics {
     limit: Family<PoolResourceLabels, Gauge<f64, AtomicU64>>,
     launch_failures: Counter,
     interrupted: Counter,
-    disrupted: Counter,
+    disrupted: Family<DisruptedLabels, Counter>,
     queue_failures: Counter,
     /// What the current runtime had counted at the last observation.
     seen: Mutex<(Counters, u64, u64)>,
     /// The claims of the last observation and their pools (`None` before the first): a claim that
     /// appears was created, one that goes was terminated.
-    claims: Mutex<Option<HashMap<String, String>>>,
+    claims: Mutex<Option<HashMap<String, SeenClaim>>>,
 }
 
 impl Default for Metrics {
@@ -79,7 +96,7 @@ impl Metrics {
             limit: Family::default(),
             launch_failures: Counter::default(),
             interrupted: Counter::default(),
-            disrupted: Counter::default(),
+            disrupted: Family::default(),
             queue_failures: Counter::default(),
             seen: Mutex::new((Counters::default(), 0, 0)),
             claims: Mutex::new(None),
@@ -119,7 +136,11 @@ impl Metrics {
             "Interruption notices acted on.",
             m.interrupted.clone(),
         );
-        registry.register("karpenter_nodeclaims_disrupted", "Disruption commands completed.", m.disrupted.clone());
+        registry.register(
+            "karpenter_nodeclaims_disrupted",
+            "NodeClaims terminated by a disruption command, by NodePool, capacity type and disruption reason.",
+            m.disrupted.clone(),
+        );
         registry.register(
             "karpenter_voluntary_disruption_queue_failures",
             "Disruption commands rolled back.",
@@ -142,21 +163,38 @@ impl Metrics {
     /// Counts the claims created and terminated since the last call, by pool, and sets each pool's
     /// usage and limits. The first call counts nothing: the claims already there were created before.
     pub fn observe_cluster(&self, snapshot: &Snapshot) {
-        let now: HashMap<String, String> = snapshot
+        use tenon_core::api::{condition_types, labels};
+        let now: HashMap<String, SeenClaim> = snapshot
             .claims
             .iter()
-            .map(|(name, c)| (name.clone(), c.node_pool().unwrap_or_default().to_owned()))
+            .map(|(name, c)| {
+                let seen = SeenClaim {
+                    pool: c.node_pool().unwrap_or_default().to_owned(),
+                    capacity_type: c.label(labels::CAPACITY_TYPE).unwrap_or_default().to_owned(),
+                    disruption: c.condition(condition_types::DISRUPTION_REASON).map(|d| d.reason.clone()),
+                };
+                (name.clone(), seen)
+            })
             .collect();
         let mut last = self.claims.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         if let Some(before) = last.as_ref() {
-            for (name, pool) in &now {
+            for (name, c) in &now {
                 if !before.contains_key(name) {
-                    self.created.get_or_create(&PoolLabels { nodepool: pool.clone() }).inc();
+                    self.created.get_or_create(&PoolLabels { nodepool: c.pool.clone() }).inc();
                 }
             }
-            for (name, pool) in before {
-                if !now.contains_key(name) {
-                    self.terminated.get_or_create(&PoolLabels { nodepool: pool.clone() }).inc();
+            for (name, c) in before {
+                if now.contains_key(name) {
+                    continue;
+                }
+                self.terminated.get_or_create(&PoolLabels { nodepool: c.pool.clone() }).inc();
+                if let Some(reason) = &c.disruption {
+                    let labels = DisruptedLabels {
+                        nodepool: c.pool.clone(),
+                        capacity_type: c.capacity_type.clone(),
+                        reason: reason.clone(),
+                    };
+                    self.disrupted.get_or_create(&labels).inc();
                 }
             }
         }
@@ -198,7 +236,6 @@ impl Metrics {
         let before = &seen.0;
         self.launch_failures.inc_by(delta(now.launch_failures, before.launch_failures));
         self.interrupted.inc_by(delta(now.interruptions, before.interruptions));
-        self.disrupted.inc_by(delta(queue.completed_total, seen.1));
         self.queue_failures.inc_by(delta(queue.failures_total, seen.2));
         *seen = (now, queue.completed_total, queue.failures_total);
     }
@@ -255,7 +292,15 @@ mod tests {
         // Claims there at the first look were created before: not counted.
         m.observe_cluster(&snapshot(&[("gpu-a", "gpu")]));
         m.observe_cluster(&snapshot(&[("gpu-a", "gpu"), ("gpu-b", "gpu"), ("web-c", "web")]));
-        m.observe_cluster(&snapshot(&[("web-c", "web")]));
+        // web-c is taken by a disruption command: marked, then gone.
+        let mut marked = snapshot(&[("web-c", "web")]);
+        let mut claim = tenon_core::api::NodeClaim::clone(&marked.claims["web-c"]);
+        claim.metadata.labels.get_or_insert_default().insert("karpenter.sh/capacity-type".into(), "spot".into());
+        let at = jiff::Timestamp::UNIX_EPOCH;
+        claim.set_condition("DisruptionReason", tenon_core::api::ConditionStatus::True, "Underutilized", "", at);
+        marked.claims = std::sync::Arc::new([("web-c".to_owned(), std::sync::Arc::new(claim))].into());
+        m.observe_cluster(&marked);
+        m.observe_cluster(&snapshot(&[]));
         let text = m.encode().unwrap_or_default();
         for line in [
             "karpenter_nodeclaims_created_total{nodepool=\"gpu\"} 1",
@@ -268,6 +313,10 @@ mod tests {
         ] {
             assert!(text.contains(line), "{line} missing from:\n{text}");
         }
-        assert!(!text.contains("karpenter_nodeclaims_terminated_total{nodepool=\"web\"}"), "{text}");
+        let disrupted =
+            "karpenter_nodeclaims_disrupted_total{nodepool=\"web\",capacity_type=\"spot\",reason=\"Underutilized\"} 1";
+        assert!(text.contains(disrupted), "{disrupted} missing from:\n{text}");
+        assert!(text.contains("karpenter_nodeclaims_terminated_total{nodepool=\"web\"} 1"), "{text}");
+        assert!(!text.contains("karpenter_nodeclaims_disrupted_total{nodepool=\"gpu\""), "{text}");
     }
 }
