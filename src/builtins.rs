@@ -117,13 +117,18 @@ pub async fn register(
     if wanted(settings, "self-managed") {
         let (provider, started) = self_managed(registry, client, namespace).await?;
         registry.register(provider).context("registering the self-managed provider")?;
+        // Each class's spec as last seen: a change is reported once, when it is seen.
+        let seen = std::sync::Mutex::new(started);
         feeds.push(Box::new(move |cluster: &mut KubeCluster| {
             cluster.feed_node_classes::<SelfManagedNodeClass>(move |classes| {
+                let mut seen = seen.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
                 for class in &classes {
-                    let name = class.name_any();
                     let spec = serde_json::to_value(&class.spec).unwrap_or_default();
-                    if started.get(&name) != Some(&spec) {
-                        tracing::warn!(object = %format!("SelfManagedNodeClass/{name}"), "changed since tenon started: the machine inventory picks it up at the next start");
+                    let name = class.name_any();
+                    if seen.get(&name) != Some(&spec) {
+                        let object = format!("SelfManagedNodeClass/{name}");
+                        tracing::warn!(%object, "changed since tenon started: the machine inventory picks it up at the next start");
+                        seen.insert(name, spec);
                     }
                 }
             });

@@ -25,17 +25,15 @@ use tenon_core::api::{
     NodeClaim, NodeClaimSpec, NodeClaimStatus, NodeClassRef, NodePool, NodePoolSpec, NodeSelectorRequirement, Operator,
     labels,
 };
-use tenon_core::cloud::conformance::{self, Harness};
+use tenon_core::cloud::conformance::{self, Harness, RealTimePoll};
 use tenon_core::cloud::{
     CapacityType, CloudError, CloudProvider, DynCloudProvider, Instance, InstanceState, InstanceType, LaunchOptions,
     OfferingKey,
 };
 use tenon_core::resources::ResourceName;
 
-/// How long any wait on the cluster may take.
-const DEADLINE: Duration = Duration::from_secs(60);
-/// How often a wait asks the API server again.
-const POLL_INTERVAL: Duration = Duration::from_millis(100);
+/// Every wait on the cluster: the API server and the kwok controller act in real time, so the tests ask again every interval, and fail at the deadline (the conformance harness's polls too).
+const POLL: RealTimePoll = RealTimePoll { deadline: Duration::from_secs(60), interval: Duration::from_millis(100) };
 
 fn kubeconfig_path() -> String {
     std::env::var("KUBECONFIG").unwrap_or_else(|_| {
@@ -103,25 +101,6 @@ fn catalog_type(name: &str) -> InstanceType {
     KwokProvider::default_catalog().into_iter().find(|t| t.name == name).unwrap()
 }
 
-/// The one real wait of these tests: the API server and the kwok controller act in real time, so between
-/// two polls they get one interval. Every poll loop ends at `DEADLINE` (the conformance harness's after
-/// `max_polls`).
-async fn between_polls() {
-    tokio::time::sleep(POLL_INTERVAL).await;
-}
-
-/// Asks `step` until it answers, at most until `DEADLINE`.
-async fn poll<T>(what: &str, mut step: impl AsyncFnMut() -> Option<T>) -> T {
-    let start = Instant::now();
-    loop {
-        if let Some(done) = step().await {
-            return done;
-        }
-        assert!(start.elapsed() < DEADLINE, "{what} after {DEADLINE:?}");
-        between_polls().await;
-    }
-}
-
 /// The Node `name`, once it exists (a plain loop: the conformance harness needs a `Send` future).
 async fn node_exists(name: &str) -> Node {
     let nodes: Api<Node> = Api::all(client().await);
@@ -130,19 +109,21 @@ async fn node_exists(name: &str) -> Node {
         if let Some(n) = nodes.get_opt(name).await.unwrap() {
             return n;
         }
-        assert!(start.elapsed() < DEADLINE, "Node/{name} does not exist after {DEADLINE:?}");
-        between_polls().await;
+        assert!(start.elapsed() < POLL.deadline, "Node/{name} does not exist after {:?}", POLL.deadline);
+        POLL.between().await;
     }
 }
 
 async fn node_gone(name: &str) {
     let nodes: Api<Node> = Api::all(client().await);
-    poll(&format!("Node/{name} still exists"), async || nodes.get_opt(name).await.unwrap().is_none().then_some(()))
-        .await;
+    POLL.until(&format!("Node/{name} still exists"), async || {
+        nodes.get_opt(name).await.unwrap().is_none().then_some(())
+    })
+    .await;
 }
 
 async fn delete_until_gone(p: &KwokProvider, c: &NodeClaim) {
-    poll(&format!("NodeClaim/{} still has an instance", c.name()), async || match p.delete(c).await {
+    POLL.until(&format!("NodeClaim/{} still has an instance", c.name()), async || match p.delete(c).await {
         Ok(()) => None,
         Err(e) if e.is_not_found() => Some(()),
         Err(e) => panic!("delete failed: {e}"),
@@ -171,10 +152,10 @@ impl Harness for KwokHarness {
     }
     /// The API server and the creating task run in real time: one poll interval between the suite's polls.
     async fn settle(&self) {
-        between_polls().await;
+        POLL.between().await;
     }
     fn max_polls(&self) -> usize {
-        (DEADLINE.as_millis() / POLL_INTERVAL.as_millis()) as usize
+        POLL.max_polls()
     }
     async fn make_insufficient(&self, offering: &OfferingKey) -> bool {
         self.provider.exhaust_offering(offering.clone());
@@ -291,7 +272,7 @@ async fn a_created_node_looks_registered_by_a_kubelet_and_the_kwok_controller_ma
     assert_eq!(cpu, Some(Quantity("1930m".into())), "2 cores less the 70m kube-reserved");
 
     // The kwok controller plays the kubelet.
-    poll(&format!("Node/{name} is not Ready"), async || {
+    POLL.until(&format!("Node/{name} is not Ready"), async || {
         let n = nodes.get(&name).await.unwrap();
         let conditions = n.status.and_then(|s| s.conditions).unwrap_or_default();
         conditions.iter().any(|c| c.type_ == "Ready" && c.status == "True").then_some(())
@@ -549,7 +530,7 @@ async fn the_node_class_crd_installs_and_a_node_class_applies() {
     let crd = KwokNodeClass::crd();
     let name = crd.metadata.name.clone().unwrap();
     crds.patch(&name, &PatchParams::apply("tenon-kwok-tests").force(), &Patch::Apply(&crd)).await.unwrap();
-    poll("the KwokNodeClass CRD is not established", async || {
+    POLL.until("the KwokNodeClass CRD is not established", async || {
         let c = crds.get(&name).await.unwrap();
         let conditions = c.status.and_then(|s| s.conditions).unwrap_or_default();
         conditions.iter().any(|c| c.type_ == "Established" && c.status == "True").then_some(())
@@ -559,8 +540,8 @@ async fn the_node_class_crd_installs_and_a_node_class_applies() {
     let class_name = unique("class");
     let class = KwokNodeClass::new(&class_name, KwokNodeClassSpec {});
     // Creating right after Established can still meet a 404 while the new API is wired up.
-    let created =
-        poll("KwokNodeClass cannot be created", async || match classes.create(&PostParams::default(), &class).await {
+    let created = POLL
+        .until("KwokNodeClass cannot be created", async || match classes.create(&PostParams::default(), &class).await {
             Ok(c) => Some(c),
             Err(kube::Error::Api(s)) if s.code == 404 => None,
             Err(e) => panic!("creating the KwokNodeClass: {e}"),

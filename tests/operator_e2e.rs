@@ -128,31 +128,9 @@ fn pending_pods_get_simulated_nodes_that_register_initialize_and_run_them() {
     let _serial = serial();
     install_chart();
     let id = format!("e2e-{}", std::process::id());
-    let manifests = format!(
-        r#"apiVersion: tenon.dev/v1alpha1
-kind: KwokNodeClass
-metadata: {{name: {id}}}
-spec: {{}}
----
-apiVersion: karpenter.sh/v1
-kind: NodePool
-metadata: {{name: {id}}}
-spec:
-  template:
-    metadata:
-      labels: {{tenon.dev/e2e: {id}}}
-    spec:
-      nodeClassRef: {{group: tenon.dev, kind: KwokNodeClass, name: {id}}}
-      requirements:
-      - {{key: karpenter.sh/capacity-type, operator: In, values: [on-demand]}}
-  disruption:
-    consolidateAfter: 1h
----
-apiVersion: v1
-kind: Namespace
-metadata: {{name: {id}}}
----
-apiVersion: apps/v1
+    let manifests = kwok_pool(&id, "{consolidateAfter: 1h}")
+        + &format!(
+            r#"apiVersion: apps/v1
 kind: Deployment
 metadata: {{name: web, namespace: {id}}}
 spec:
@@ -168,7 +146,7 @@ spec:
         image: registry.invalid/web
         resources: {{requests: {{cpu: 500m, memory: 512Mi}}}}
 "#
-    );
+        );
     ok(&kubectl(&["apply", "--server-side", "-f", "-"], &manifests), "applying the workload");
     let operator = Operator::start(&id);
     poll("/readyz", Duration::from_secs(60), || operator.get(operator.health, "/readyz").filter(|(c, _)| *c == 200));
@@ -271,6 +249,37 @@ fn one_of_two_replicas_leads_and_the_other_takes_over() {
     third.finish();
 }
 
+/// A KwokNodeClass and an on-demand NodePool named `id` whose nodes are labelled `tenon.dev/e2e: id`,
+/// with `disruption` (a YAML flow map) as its disruption block, and a namespace
+/// `id`: the start of a test's manifests.
+fn kwok_pool(id: &str, disruption: &str) -> String {
+    format!(
+        r#"apiVersion: tenon.dev/v1alpha1
+kind: KwokNodeClass
+metadata: {{name: {id}}}
+spec: {{}}
+---
+apiVersion: karpenter.sh/v1
+kind: NodePool
+metadata: {{name: {id}}}
+spec:
+  template:
+    metadata:
+      labels: {{tenon.dev/e2e: {id}}}
+    spec:
+      nodeClassRef: {{group: tenon.dev, kind: KwokNodeClass, name: {id}}}
+      requirements:
+      - {{key: karpenter.sh/capacity-type, operator: In, values: [on-demand]}}
+  disruption: {disruption}
+---
+apiVersion: v1
+kind: Namespace
+metadata: {{name: {id}}}
+---
+"#
+    )
+}
+
 /// A namespace `id` and, in it, a pod `web` asking for `requests` (a YAML flow map) on the nodes labelled
 /// `tenon.dev/e2e: id`, as a YAML stream to append to a test's manifests.
 fn namespace_and_pod(id: &str, requests: &str) -> String {
@@ -341,33 +350,11 @@ fn bound_pods(namespace: &str) -> Vec<(String, String)> {
 /// A consolidating pool on simulated nodes, a Deployment of `replicas` one-CPU pods on it, and a PDB
 /// keeping two of them up.
 fn consolidating_workload(id: &str, replicas: u32) -> String {
-    format!(
-        r#"apiVersion: tenon.dev/v1alpha1
-kind: KwokNodeClass
-metadata: {{name: {id}}}
-spec: {{}}
----
-apiVersion: karpenter.sh/v1
-kind: NodePool
-metadata: {{name: {id}}}
-spec:
-  template:
-    metadata:
-      labels: {{tenon.dev/e2e: {id}}}
-    spec:
-      nodeClassRef: {{group: tenon.dev, kind: KwokNodeClass, name: {id}}}
-      requirements:
-      - {{key: karpenter.sh/capacity-type, operator: In, values: [on-demand]}}
-  disruption:
-    consolidationPolicy: WhenEmptyOrUnderutilized
-    consolidateAfter: 0s
-    budgets: [{{nodes: "100%"}}]
----
-apiVersion: v1
-kind: Namespace
-metadata: {{name: {id}}}
----
-apiVersion: policy/v1
+    kwok_pool(
+        id,
+        r#"{consolidationPolicy: WhenEmptyOrUnderutilized, consolidateAfter: 0s, budgets: [{nodes: "100%"}]}"#,
+    ) + &format!(
+        r#"apiVersion: policy/v1
 kind: PodDisruptionBudget
 metadata: {{name: web, namespace: {id}}}
 spec:

@@ -8,12 +8,12 @@ mod common;
 use std::io::{Read, Write};
 use std::net::TcpListener;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use common::launched;
 use tenon_core::api::{NodeClaim, NodeClassRef, NodePool, NodePoolSpec, labels};
-use tenon_core::cloud::conformance::{self, Harness};
+use tenon_core::cloud::conformance::{self, Harness, RealTimePoll};
 use tenon_core::cloud::{
     CapacityType, CloudError, CloudProvider, DynCloudProvider, InstanceState, LaunchOptions, OfferingKey,
 };
@@ -83,39 +83,18 @@ fn claim(class: &str, name: &str) -> NodeClaim {
 }
 
 /// How long a power change may take on the emulator, which applies it a second or two after the request,
-/// as a real BMC does.
-const DEADLINE: Duration = Duration::from_secs(20);
-/// How often the tests ask the emulator again while they wait.
-const POLL_INTERVAL: Duration = Duration::from_millis(150);
-
-/// The one real wait of these tests: the emulator applies power changes in real time, so between two
-/// polls they give it one interval. Every poll loop ends at `DEADLINE`.
-async fn between_polls() {
-    tokio::time::sleep(POLL_INTERVAL).await;
-}
-
-/// Asks `step` until it answers, at most until DEADLINE: the emulator runs in real time, so the tests poll
-/// it the way the provider's callers poll a BMC.
-async fn poll<T>(what: &str, mut step: impl AsyncFnMut() -> Option<T>) -> T {
-    let start = Instant::now();
-    loop {
-        if let Some(done) = step().await {
-            return done;
-        }
-        assert!(start.elapsed() < DEADLINE, "{what} after {DEADLINE:?}");
-        between_polls().await;
-    }
-}
+/// Every wait on the emulator, which applies a power change a second or two after the request, as a real BMC does: the tests ask again every interval and fail at the deadline.
+const POLL: RealTimePoll = RealTimePoll { deadline: Duration::from_secs(20), interval: Duration::from_millis(150) };
 
 async fn until_running(p: &SelfManagedProvider, pid: &str) {
-    poll(&format!("{pid} not running"), async || {
+    POLL.until(&format!("{pid} not running"), async || {
         (p.get(pid).await.unwrap().state == InstanceState::Running).then_some(())
     })
     .await;
 }
 
 async fn delete_until_gone(p: &SelfManagedProvider, c: &NodeClaim) {
-    poll(&format!("{} not powered off", c.name()), async || match p.delete(c).await {
+    POLL.until(&format!("{} not powered off", c.name()), async || match p.delete(c).await {
         Ok(()) => None,
         Err(e) if e.is_not_found() => Some(()),
         Err(e) => panic!("delete failed: {e}"),
@@ -150,11 +129,11 @@ impl Harness for EmulatorHarness {
     }
     /// The emulator applies power changes in real time: between the suite's polls, one poll interval.
     async fn settle(&self) {
-        between_polls().await;
+        POLL.between().await;
     }
-    /// The suite's polls end at the same deadline as this file's own (`DEADLINE`).
+    /// The suite's polls end at the same deadline as this file's own (`POLL.deadline`).
     fn max_polls(&self) -> usize {
-        (DEADLINE.as_millis() / POLL_INTERVAL.as_millis()) as usize
+        POLL.max_polls()
     }
     /// Takes every machine of the offering out of the pool (maintenance quarantine).
     async fn make_insufficient(&self, offering: &OfferingKey) -> bool {

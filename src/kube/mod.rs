@@ -91,18 +91,58 @@ impl Drop for KubeCluster {
     }
 }
 
-/// Starts a watcher feeding a store for `api`, bumping `generation` and waking `changed` on every event.
-fn watch<K>(
+/// Starts a watcher feeding a store for `api`, each object trimmed by `trim` (after its managed fields)
+/// before the store keeps it; `on_event` sees every event once the store has applied it. Errors are
+/// logged and the watch goes on with the default back-off.
+fn spawn_watch<K>(
     api: Api<K>,
-    generation: Arc<AtomicU64>,
-    changed: Arc<Notify>,
     tasks: &mut Vec<tokio::task::JoinHandle<()>>,
+    trim: fn(&mut K),
+    mut on_event: impl FnMut(&watcher::Event<K>, &Store<K>) + Send + 'static,
 ) -> Store<K>
 where
     K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
     K::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
 {
-    watch_trimmed(api, generation, changed, tasks, |_| {})
+    let (store, writer) = reflector::store();
+    let kind = K::kind(&K::DynamicType::default()).into_owned();
+    let reader = store.clone();
+    tasks.push(tokio::spawn(async move {
+        let stream = watcher(api, watcher::Config::default())
+            .default_backoff()
+            .modify(move |o: &mut K| {
+                o.managed_fields_mut().clear();
+                trim(o);
+            })
+            .reflect(writer);
+        let mut stream = std::pin::pin!(stream);
+        while let Some(event) = stream.next().await {
+            match event {
+                Ok(e) => on_event(&e, &reader),
+                Err(e) => tracing::warn!(kind = %kind, error = %e, "watch failed; retrying with back-off"),
+            }
+        }
+    }));
+    store
+}
+
+/// A watch whose every event bumps `generation` and wakes `changed`, so the snapshot is rebuilt.
+fn watch<K>(
+    api: Api<K>,
+    generation: &Arc<AtomicU64>,
+    changed: &Arc<Notify>,
+    tasks: &mut Vec<tokio::task::JoinHandle<()>>,
+    trim: fn(&mut K),
+) -> Store<K>
+where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    K::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
+{
+    let (generation, changed) = (generation.clone(), changed.clone());
+    spawn_watch(api, tasks, trim, move |_, _| {
+        generation.fetch_add(1, Ordering::Release);
+        changed.notify_one();
+    })
 }
 
 /// What of a pod no decision reads, dropped before the store keeps it: its containers' commands,
@@ -134,66 +174,26 @@ pub fn trim_pod(pod: &mut Pod) {
     }
 }
 
-/// [`watch`], with `trim` applied to every object before the store keeps it.
-fn watch_trimmed<K>(
-    api: Api<K>,
-    generation: Arc<AtomicU64>,
-    changed: Arc<Notify>,
-    tasks: &mut Vec<tokio::task::JoinHandle<()>>,
-    trim: fn(&mut K),
-) -> Store<K>
-where
-    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
-    K::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
-{
-    let (store, writer) = reflector::store();
-    let kind = K::kind(&K::DynamicType::default()).into_owned();
-    tasks.push(tokio::spawn(async move {
-        let stream = watcher(api, watcher::Config::default())
-            .default_backoff()
-            .modify(move |o: &mut K| {
-                o.managed_fields_mut().clear();
-                trim(o);
-            })
-            .reflect(writer);
-        let mut stream = std::pin::pin!(stream);
-        while let Some(event) = stream.next().await {
-            match event {
-                Ok(_) => {
-                    generation.fetch_add(1, Ordering::Release);
-                    changed.notify_one();
-                }
-                Err(e) => tracing::warn!(kind = %kind, error = %e, "watch failed; retrying with back-off"),
-            }
-        }
-    }));
-    store
-}
-
 impl KubeCluster {
     /// Starts watching the cluster through `client`; `reporter` names tenon in the events it publishes.
     pub fn start(client: Client, reporter: Reporter) -> Self {
         let generation = Arc::new(AtomicU64::new(0));
         let changed = Arc::new(Notify::new());
         let mut tasks = Vec::new();
-        let (g, n) = (&generation, &changed);
+        let (g, n, t) = (&generation, &changed, &mut tasks);
+        // Each store's kind comes from its field; only pods are trimmed beyond their managed fields.
         let stores = Stores {
-            pods: watch_trimmed(Api::<Pod>::all(client.clone()), g.clone(), n.clone(), &mut tasks, trim_pod),
-            nodes: watch(Api::<Node>::all(client.clone()), g.clone(), n.clone(), &mut tasks),
-            claims: watch(Api::<NodeClaim>::all(client.clone()), g.clone(), n.clone(), &mut tasks),
-            pools: watch(Api::<NodePool>::all(client.clone()), g.clone(), n.clone(), &mut tasks),
-            daemon_sets: watch(Api::<DaemonSet>::all(client.clone()), g.clone(), n.clone(), &mut tasks),
-            pdbs: watch(Api::<PodDisruptionBudget>::all(client.clone()), g.clone(), n.clone(), &mut tasks),
-            volume_attachments: watch(Api::<VolumeAttachment>::all(client.clone()), g.clone(), n.clone(), &mut tasks),
-            persistent_volumes: watch(Api::<PersistentVolume>::all(client.clone()), g.clone(), n.clone(), &mut tasks),
-            persistent_volume_claims: watch(
-                Api::<PersistentVolumeClaim>::all(client.clone()),
-                g.clone(),
-                n.clone(),
-                &mut tasks,
-            ),
-            storage_classes: watch(Api::<StorageClass>::all(client.clone()), g.clone(), n.clone(), &mut tasks),
-            csi_nodes: watch(Api::<CSINode>::all(client.clone()), g.clone(), n.clone(), &mut tasks),
+            pods: watch(Api::all(client.clone()), g, n, t, trim_pod),
+            nodes: watch(Api::all(client.clone()), g, n, t, |_| {}),
+            claims: watch(Api::all(client.clone()), g, n, t, |_| {}),
+            pools: watch(Api::all(client.clone()), g, n, t, |_| {}),
+            daemon_sets: watch(Api::all(client.clone()), g, n, t, |_| {}),
+            pdbs: watch(Api::all(client.clone()), g, n, t, |_| {}),
+            volume_attachments: watch(Api::all(client.clone()), g, n, t, |_| {}),
+            persistent_volumes: watch(Api::all(client.clone()), g, n, t, |_| {}),
+            persistent_volume_claims: watch(Api::all(client.clone()), g, n, t, |_| {}),
+            storage_classes: watch(Api::all(client.clone()), g, n, t, |_| {}),
+            csi_nodes: watch(Api::all(client.clone()), g, n, t, |_| {}),
         };
         let recorder = Recorder::new(client.clone(), reporter);
         let (events, mut queued) = mpsc::channel::<(KubeEvent, ObjectReference)>(EVENT_QUEUE);
@@ -225,29 +225,20 @@ impl KubeCluster {
     where
         K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
     {
-        let (store, writer) = reflector::store();
-        let api = Api::<K>::all(self.client.clone());
-        let kind = K::kind(&()).into_owned();
-        let reader = store.clone();
-        self.tasks.push(tokio::spawn(async move {
-            let stream = watcher(api, watcher::Config::default())
-                .default_backoff()
-                .modify(|o: &mut K| o.managed_fields_mut().clear())
-                .reflect(writer);
-            let mut stream = std::pin::pin!(stream);
-            let mut listed = false;
-            while let Some(event) = stream.next().await {
-                match event {
-                    Ok(watcher::Event::InitDone) => {
-                        listed = true;
-                        sink(reader.state());
-                    }
-                    Ok(watcher::Event::Apply(_) | watcher::Event::Delete(_)) if listed => sink(reader.state()),
-                    Ok(_) => {}
-                    Err(e) => tracing::warn!(kind = %kind, error = %e, "watch failed; retrying with back-off"),
+        let mut listed = false;
+        let store = spawn_watch(
+            Api::<K>::all(self.client.clone()),
+            &mut self.tasks,
+            |_| {},
+            move |event, store| match event {
+                watcher::Event::InitDone => {
+                    listed = true;
+                    sink(store.state());
                 }
-            }
-        }));
+                watcher::Event::Apply(_) | watcher::Event::Delete(_) if listed => sink(store.state()),
+                _ => {}
+            },
+        );
         let ready = async move {
             let _ = store.wait_until_ready().await;
         };

@@ -125,6 +125,15 @@ pub(crate) fn install_chart() -> String {
         .clone()
 }
 
+/// One request of the audit log.
+pub(crate) struct Audited {
+    pub(crate) verb: String,
+    pub(crate) uri: String,
+    pub(crate) code: i64,
+    /// Whether the authorizer (RBAC) refused it.
+    pub(crate) refused: bool,
+}
+
 /// The API server's audit log of ServiceAccount requests, read from where it stood when this was made.
 pub(crate) struct Audit {
     path: String,
@@ -141,9 +150,8 @@ impl Audit {
         Self { path, from }
     }
 
-    /// The requests of the chart's ServiceAccount since [`Audit::start`]: (verb, URI, response code,
-    /// whether the authorizer refused it).
-    pub(crate) fn requests(&self) -> Vec<(String, String, i64, bool)> {
+    /// The requests of the chart's ServiceAccount since [`Audit::start`].
+    pub(crate) fn requests(&self) -> Vec<Audited> {
         use std::io::{Read, Seek, SeekFrom};
         let user = format!("system:serviceaccount:{CHART_NAMESPACE}:{SERVICE_ACCOUNT}");
         let mut file = std::fs::File::open(&self.path).expect("the audit log opens");
@@ -153,11 +161,11 @@ impl Audit {
         text.lines()
             .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
             .filter(|e| e["user"]["username"] == user.as_str() && e["stage"] == "ResponseComplete")
-            .map(|e| {
-                let verb = e["verb"].as_str().unwrap_or_default().to_owned();
-                let uri = e["requestURI"].as_str().unwrap_or_default().to_owned();
-                let refused = e["annotations"]["authorization.k8s.io/decision"] == "forbid";
-                (verb, uri, e["responseStatus"]["code"].as_i64().unwrap_or_default(), refused)
+            .map(|e| Audited {
+                verb: e["verb"].as_str().unwrap_or_default().to_owned(),
+                uri: e["requestURI"].as_str().unwrap_or_default().to_owned(),
+                code: e["responseStatus"]["code"].as_i64().unwrap_or_default(),
+                refused: e["annotations"]["authorization.k8s.io/decision"] == "forbid",
             })
             .collect()
     }
@@ -167,7 +175,7 @@ impl Audit {
     pub(crate) fn assert_nothing_forbidden(&self) -> usize {
         let requests = self.requests();
         let forbidden: Vec<String> =
-            requests.iter().filter(|r| r.3).map(|(v, u, code, _)| format!("{v} {u} ({code})")).collect();
+            requests.iter().filter(|r| r.refused).map(|r| format!("{} {} ({})", r.verb, r.uri, r.code)).collect();
         assert!(forbidden.is_empty(), "the chart's RBAC refused the operator:\n{}", forbidden.join("\n"));
         requests.len()
     }

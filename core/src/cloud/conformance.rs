@@ -36,6 +36,42 @@ use crate::api::{
     labels,
 };
 
+/// How a test waits on a backend that runs in real time (an emulator, an API server): it asks again
+/// every `interval` until the answer comes, and fails at `deadline`. A harness over such a backend
+/// settles with [`RealTimePoll::between`] and polls [`RealTimePoll::max_polls`] times, so the suite's
+/// polls end at the same deadline as the test's own.
+#[derive(Debug, Clone, Copy)]
+pub struct RealTimePoll {
+    /// How long a wait may take before the test fails.
+    pub deadline: std::time::Duration,
+    /// How long the backend gets between two polls.
+    pub interval: std::time::Duration,
+}
+
+impl RealTimePoll {
+    /// Gives the backend one interval: the only real wait of a test that polls with this.
+    pub async fn between(&self) {
+        tokio::time::sleep(self.interval).await;
+    }
+
+    /// How many polls fit in the deadline.
+    pub fn max_polls(&self) -> usize {
+        (self.deadline.as_millis() / self.interval.as_millis().max(1)) as usize
+    }
+
+    /// Asks `step` until it answers; panics naming `what` at the deadline.
+    pub async fn until<T>(&self, what: &str, mut step: impl AsyncFnMut() -> Option<T>) -> T {
+        let start = std::time::Instant::now();
+        loop {
+            if let Some(done) = step().await {
+                return done;
+            }
+            assert!(start.elapsed() < self.deadline, "{what} after {:?}", self.deadline);
+            self.between().await;
+        }
+    }
+}
+
 /// What the suite needs from a provider's test setup.
 #[async_trait]
 pub trait Harness: Send + Sync {

@@ -460,24 +460,27 @@ impl Objects {
     }
 
     fn evict_pod(&mut self, key: &str) -> Result<(), ApiError> {
-        let object = format!("Pod/{key}");
-        let lost = self.admit(Write::EvictPod, &object, key)?;
-        if self.remove_pod(key).is_none() {
-            return Err(ApiError::not_found(object));
-        }
-        self.log.push(format!("evict {key}"));
-        self.evicted.push(key.to_owned());
-        self.answer(Write::EvictPod, &object, lost, ())
+        self.take_pod(Write::EvictPod, key)
     }
 
     fn delete_pod(&mut self, key: &str) -> Result<(), ApiError> {
+        self.take_pod(Write::DeletePod, key)
+    }
+
+    /// Removes pod `key` through `write`, an eviction (recorded in `evicted`) or a forced delete.
+    fn take_pod(&mut self, write: Write, key: &str) -> Result<(), ApiError> {
         let object = format!("Pod/{key}");
-        let lost = self.admit(Write::DeletePod, &object, key)?;
+        let lost = self.admit(write, &object, key)?;
         if self.remove_pod(key).is_none() {
             return Err(ApiError::not_found(object));
         }
-        self.log.push(format!("force-delete {key}"));
-        self.answer(Write::DeletePod, &object, lost, ())
+        if write == Write::EvictPod {
+            self.log.push(format!("evict {key}"));
+            self.evicted.push(key.to_owned());
+        } else {
+            self.log.push(format!("force-delete {key}"));
+        }
+        self.answer(write, &object, lost, ())
     }
 }
 

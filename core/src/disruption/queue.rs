@@ -506,9 +506,20 @@ pub struct Controller {
     notes: Option<Notes>,
 }
 
-/// The nodes a disruption pass left alone: `(node, reason, blocked)`, where `blocked` means the node was
-/// no candidate at all (see [`super::Pass::blocked`]).
-pub type Notes = Vec<(String, String, bool)>;
+/// A node a disruption pass left alone.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Note {
+    /// The node.
+    pub node: String,
+    /// Why, for a person.
+    pub reason: String,
+    /// Whether the node was no candidate at all (`DisruptionBlocked`), rather than a candidate a method
+    /// examined and left (`Unconsolidatable`); see [`super::Pass::blocked`].
+    pub blocked: bool,
+}
+
+/// The nodes a disruption pass left alone.
+pub type Notes = Vec<Note>;
 
 impl Controller {
     /// A controller with an empty queue.
@@ -610,7 +621,11 @@ impl Controller {
         self.notes = Some(
             pass.unconsolidatable
                 .iter()
-                .map(|b| (b.node.clone(), b.reason.clone(), pass.blocked.contains(&b.node)))
+                .map(|b| Note {
+                    node: b.node.clone(),
+                    reason: b.reason.clone(),
+                    blocked: pass.blocked.contains(&b.node),
+                })
                 .collect(),
         );
         if let Some(method) = pass.method {

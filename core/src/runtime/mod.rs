@@ -484,7 +484,7 @@ impl Runtime {
             .values()
             .filter_map(|c| Some((c.status.as_ref()?.node_name.as_deref()?, c.name())))
             .collect();
-        for (node, reason, blocked) in notes {
+        for crate::disruption::queue::Note { node, reason, blocked } in notes {
             let (event, dedupe) = if blocked {
                 ("DisruptionBlocked", EVENT_DEDUPE)
             } else {
