@@ -32,7 +32,8 @@ use tenon_core::cloud::{
 };
 use tenon_core::resources::ResourceName;
 
-/// Every wait on the cluster: the API server and the kwok controller act in real time, so the tests ask again every interval, and fail at the deadline (the conformance harness's polls too).
+/// Every wait on the cluster: the API server and the kwok controller act in real time, so the tests ask
+/// again every interval, and fail at the deadline (the conformance harness's polls too).
 const POLL: RealTimePoll = RealTimePoll { deadline: Duration::from_secs(60), interval: Duration::from_millis(100) };
 
 fn kubeconfig_path() -> String {
