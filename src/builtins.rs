@@ -12,8 +12,12 @@
 //! - `aws` (with the `aws` feature): EC2 through the standard AWS credential and region chain
 //!   (`AWS_REGION`, IRSA or Pod Identity, `AWS_ENDPOINT_URL` for an emulator). Its `EC2NodeClass` objects
 //!   are watched and fed to the provider as they change; a class that fails validation is forgotten
-//!   until it is fixed, and a deleted class's launch templates are deleted. The interruption queue is
-//!   the `interruption-queue` setting.
+//!   until it is fixed. While this replica leads, each class gets the `karpenter.k8s.aws/termination`
+//!   finalizer and a status as Karpenter writes it (resolved subnets, security groups, AMIs and instance
+//!   profile; `SubnetsReady`, `SecurityGroupsReady`, `AMIsReady`, `InstanceProfileReady`,
+//!   `ValidationSucceeded` and `Ready`), refreshed every minute; a deleted class stays until no NodeClaim
+//!   names it, then its launch templates are deleted. The interruption queue is the
+//!   `interruption-queue` setting.
 //!
 //! The `providers` setting chooses among them; empty registers those that need no cloud account (kwok
 //! and self-managed): a cloud provider left unconfigured would only fail every call.
@@ -87,13 +91,15 @@ pub fn check(settings: &Settings) -> Result<()> {
 
 /// Builds the built-in providers the settings ask for and registers them; returns the watches of their
 /// NodeClass kinds, for the cluster the operator runs on. `unavailable` is the process's
-/// unavailable-offerings cache, shared with the providers that mark offerings themselves.
+/// unavailable-offerings cache, shared with the providers that mark offerings themselves; `leading`
+/// says whether this replica leads, for the providers' own controllers (only the leader writes).
 pub async fn register(
     registry: &mut ProviderRegistry,
     client: &Client,
     namespace: &str,
     settings: &Settings,
     unavailable: &Arc<UnavailableOfferings>,
+    leading: &tokio::sync::watch::Receiver<bool>,
 ) -> Result<Vec<Feed>> {
     check(settings)?;
     let mut feeds: Vec<Feed> = Vec::new();
@@ -136,9 +142,9 @@ pub async fn register(
     }
     #[cfg(feature = "aws")]
     if wanted(settings, "aws") {
-        feeds.push(aws(registry, settings, unavailable).await?);
+        feeds.push(aws(registry, client, settings, unavailable, leading.clone()).await?);
     }
-    let _ = unavailable;
+    let _ = (unavailable, leading);
     Ok(feeds)
 }
 
@@ -146,8 +152,10 @@ pub async fn register(
 #[cfg(feature = "aws")]
 async fn aws(
     registry: &mut ProviderRegistry,
+    client: &Client,
     settings: &Settings,
     unavailable: &Arc<UnavailableOfferings>,
+    leading: tokio::sync::watch::Receiver<bool>,
 ) -> Result<Feed> {
     use std::collections::BTreeSet;
     use std::sync::Mutex;
@@ -159,8 +167,11 @@ async fn aws(
     tracing::info!(region = provider.region(), "the aws provider");
     registry.register_arc(provider.clone()).context("registering the aws provider")?;
     let known: Mutex<BTreeSet<String>> = Mutex::default();
+    let (to_reconcile, classes) = tokio::sync::watch::channel(Vec::new());
+    tokio::spawn(ec2_node_classes(provider.clone(), client.clone(), classes, leading));
     Ok(Box::new(move |cluster: &mut KubeCluster| {
         cluster.feed_node_classes::<EC2NodeClass>(move |classes| {
+            to_reconcile.send_replace(classes.clone());
             let mut now = BTreeSet::new();
             for class in classes {
                 let name = class.name_any();
@@ -176,6 +187,7 @@ async fn aws(
             }
             let mut known = known.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
             for gone in known.difference(&now) {
+                // Gone without the finalizer's clean-up (it was removed by hand, or never added).
                 let (provider, gone) = (provider.clone(), gone.clone());
                 tokio::spawn(async move {
                     if let Err(e) = provider.delete_node_class(&gone).await {
@@ -186,6 +198,112 @@ async fn aws(
             *known = now;
         });
     }))
+}
+
+/// How often each `EC2NodeClass` status is refreshed when nothing changed (subnets fill up, AMIs are
+/// published), and how soon a failed write or a class waiting for its claims to go is tried again.
+#[cfg(feature = "aws")]
+const NODE_CLASS_RESYNC: std::time::Duration = std::time::Duration::from_secs(60);
+#[cfg(feature = "aws")]
+const NODE_CLASS_RETRY: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// The `EC2NodeClass` controller, as Karpenter's AWS provider runs one: each class gets the
+/// `karpenter.k8s.aws/termination` finalizer and its status (what its terms resolve to, and the
+/// conditions); a deleted class keeps its finalizer until no NodeClaim names it, then its launch
+/// templates are deleted and the finalizer removed. It writes only while this replica leads.
+#[cfg(feature = "aws")]
+async fn ec2_node_classes(
+    provider: Arc<tenon_providers::aws::AwsProvider>,
+    client: Client,
+    mut classes: tokio::sync::watch::Receiver<Vec<Arc<tenon_providers::aws::EC2NodeClass>>>,
+    mut leading: tokio::sync::watch::Receiver<bool>,
+) {
+    loop {
+        if !*leading.borrow_and_update() {
+            tokio::select! {
+                changed = leading.changed() => if changed.is_err() { return },
+                changed = classes.changed() => if changed.is_err() { return },
+            }
+            continue;
+        }
+        let current = classes.borrow_and_update().clone();
+        let mut again = NODE_CLASS_RESYNC;
+        for class in current {
+            let object = format!("EC2NodeClass/{}", class.name_any());
+            match reconcile_ec2_node_class(&provider, &client, &class).await {
+                Ok(true) => {}
+                Ok(false) => again = NODE_CLASS_RETRY,
+                Err(e) => {
+                    tracing::warn!(%object, error = format!("{e:#}"), "reconciling; tried again shortly");
+                    again = NODE_CLASS_RETRY;
+                }
+            }
+        }
+        tokio::select! {
+            changed = classes.changed() => if changed.is_err() { return },
+            changed = leading.changed() => if changed.is_err() { return },
+            _ = tokio::time::sleep(again) => {}
+        }
+    }
+}
+
+/// One pass over one `EC2NodeClass`; `Ok(false)` when it waits for something (its claims to go).
+#[cfg(feature = "aws")]
+async fn reconcile_ec2_node_class(
+    provider: &tenon_providers::aws::AwsProvider,
+    client: &Client,
+    class: &tenon_providers::aws::EC2NodeClass,
+) -> Result<bool> {
+    use kube::api::{Patch, PatchParams};
+    use tenon_providers::aws::EC2NodeClass;
+    use tenon_providers::aws::nodeclass::FINALIZER;
+    let api = Api::<EC2NodeClass>::all(client.clone());
+    let name = class.name_any();
+    let finalizers = class.metadata.finalizers.clone().unwrap_or_default();
+    let has_finalizer = finalizers.iter().any(|f| f == FINALIZER);
+    let params = PatchParams::default();
+    let version = class.metadata.resource_version.clone();
+    if class.metadata.deletion_timestamp.is_some() {
+        if !has_finalizer {
+            return Ok(true);
+        }
+        let claims = Api::<tenon_core::api::NodeClaim>::all(client.clone())
+            .list(&ListParams::default())
+            .await
+            .context("listing NodeClaims")?;
+        let users = claims
+            .items
+            .iter()
+            .filter(|c| {
+                c.spec.node_class_ref.as_ref().is_some_and(|r| {
+                    r.group == tenon_providers::aws::nodeclass::GROUP
+                        && r.kind == tenon_providers::aws::nodeclass::KIND
+                        && r.name == name
+                })
+            })
+            .count();
+        if users > 0 {
+            tracing::info!(object = %format!("EC2NodeClass/{name}"), claims = users, "deleted; waiting for its NodeClaims to go");
+            return Ok(false);
+        }
+        provider.delete_node_class(&name).await.context("deleting its launch templates")?;
+        let rest: Vec<&String> = finalizers.iter().filter(|f| *f != FINALIZER).collect();
+        let patch = serde_json::json!({"metadata": {"resourceVersion": version, "finalizers": rest}});
+        api.patch(&name, &params, &Patch::Merge(&patch)).await.context("removing the finalizer")?;
+        return Ok(true);
+    }
+    if !has_finalizer {
+        let mut all = finalizers.clone();
+        all.push(FINALIZER.to_owned());
+        let patch = serde_json::json!({"metadata": {"resourceVersion": version, "finalizers": all}});
+        api.patch(&name, &params, &Patch::Merge(&patch)).await.context("adding the finalizer")?;
+    }
+    let status = provider.node_class_status(class).await;
+    if class.status.as_ref() != Some(&status) {
+        let patch = serde_json::json!({"status": status});
+        api.patch_status(&name, &params, &Patch::Merge(&patch)).await.context("writing the status")?;
+    }
+    Ok(true)
 }
 
 /// The self-managed provider over the `SelfManagedNodeClass` objects in the cluster now, and each

@@ -96,8 +96,13 @@ async fn readyz(State(ready): State<Arc<AtomicBool>>) -> (StatusCode, &'static s
     }
 }
 
-async fn metrics_text(State(metrics): State<Arc<Metrics>>) -> (StatusCode, [(&'static str, &'static str); 1], String) {
-    match metrics.encode() {
+/// What the metrics endpoint reads: the metrics, and the cluster its per-node and per-pod series come from.
+type Scraped = (Arc<Metrics>, Arc<KubeCluster>);
+
+async fn metrics_text(
+    State((metrics, cluster)): State<Scraped>,
+) -> (StatusCode, [(&'static str, &'static str); 1], String) {
+    match metrics.scrape(&cluster.snapshot()) {
         Ok(text) => {
             (StatusCode::OK, [("content-type", "application/openmetrics-text; version=1.0.0; charset=utf-8")], text)
         }
@@ -152,8 +157,10 @@ async fn operate(mut registry: ProviderRegistry, builtins: bool, settings: Setti
     // One cache for the process: a runtime rebuilt on a change of leader keeps what was learned, and
     // the providers that mark offerings themselves share it.
     let unavailable = Arc::new(tenon_core::cloud::UnavailableOfferings::new());
+    // Whether this replica leads, for the providers' own controllers; set by the loop below.
+    let (gate, gated) = tokio::sync::watch::channel(false);
     let feeds = if builtins {
-        crate::builtins::register(&mut registry, &client, &namespace, &settings, &unavailable).await?
+        crate::builtins::register(&mut registry, &client, &namespace, &settings, &unavailable, &gated).await?
     } else {
         Vec::new()
     };
@@ -170,9 +177,11 @@ async fn operate(mut registry: ProviderRegistry, builtins: bool, settings: Setti
     }
     let cluster = Arc::new(cluster);
     let metrics = Arc::new(Metrics::new());
+    let registry = registry.wrapped(|p| metrics.instrument(p));
     let ready = Arc::new(AtomicBool::new(false));
     let health = Router::new().route("/healthz", get(healthz)).route("/readyz", get(readyz)).with_state(ready.clone());
-    let metrics_router = Router::new().route("/metrics", get(metrics_text)).with_state(metrics.clone());
+    let metrics_router =
+        Router::new().route("/metrics", get(metrics_text)).with_state((metrics.clone(), cluster.clone()));
     let servers = [
         tokio::spawn({
             let port = settings.health_probe_port;
@@ -224,6 +233,7 @@ async fn operate(mut registry: ProviderRegistry, builtins: bool, settings: Setti
         }
         let leader = *leading.borrow_and_update();
         metrics.leader(leader);
+        gate.send_if_modified(|was| std::mem::replace(was, leader) != leader);
         match (leader, runtime.is_some()) {
             (true, false) => {
                 tracing::info!(%identity, "leading: starting the controllers");

@@ -181,6 +181,19 @@ spec:
     assert!(metrics.contains("karpenter_cluster_state_synced 1"), "{metrics}");
     let created = format!("karpenter_nodeclaims_created_total{{nodepool=\"{id}\"}} {}", claims.len());
     assert!(metrics.contains(&created), "{created} missing from {metrics}");
+    // The scheduler and provider calls were timed, and every node and pod has its series.
+    assert!(metric_sum(&metrics, "karpenter_scheduler_scheduling_duration_seconds_count", "") >= 1.0, "{metrics}");
+    let creates =
+        metric_sum(&metrics, "karpenter_cloudprovider_duration_seconds_count", "method=\"Create\",provider=\"kwok\"");
+    assert!(creates >= claims.len() as f64, "{creates} timed creates for {} claims", claims.len());
+    let pool = format!("nodepool=\"{id}\"");
+    let running = metric_sum(&metrics, "karpenter_pods_state", &format!("namespace=\"{id}\""));
+    assert_eq!(running, 20.0, "one karpenter_pods_state series per pod: {metrics}");
+    for node in &nodes {
+        let labels = format!("node_name=\"{node}\",{pool},resource_type=\"cpu\"");
+        assert!(metric_sum(&metrics, "karpenter_nodes_allocatable", &labels) > 0.0, "{node}: {metrics}");
+        assert!(metric_sum(&metrics, "karpenter_nodes_total_pod_requests", &labels) >= 0.5, "{node}: {metrics}");
+    }
     // Each pod was told where it goes, in an event of Karpenter's.
     let events = ok(&kubectl(&["get", "events", "-n", &id, "-o", "json"], ""), "listing events");
     let events: serde_json::Value = serde_json::from_str(&events).expect("JSON");
@@ -434,8 +447,31 @@ fn a_scaled_down_fleet_is_consolidated_through_evictions_that_honour_the_pdb() {
     assert!(pdb["status"]["currentHealthy"].as_i64().unwrap_or(0) >= 2, "{pdb}");
     let events = ok(&kubectl(&["get", "events", "-A", "-o", "json"], ""), "listing events");
     assert!(events.contains("DisruptionTerminating"), "the disruption is reported in events");
+    // And in Karpenter's decision metrics, with the budgets the pool allowed.
+    let (_, metrics) = operator.get(operator.metrics, "/metrics").expect("metrics answer");
+    let decided = metric_sum(&metrics, "karpenter_voluntary_disruption_decisions_total", "");
+    assert!(decided >= 1.0, "no disruption decision counted: {metrics}");
+    let allowed = format!("karpenter_nodepools_allowed_disruptions{{nodepool=\"{id}\",reason=\"Underutilized\"}}");
+    assert!(metrics.contains(&allowed), "{allowed} missing from {metrics}");
+    assert!(
+        metric_sum(&metrics, "karpenter_voluntary_disruption_decision_evaluation_duration_seconds_count", "") >= 1.0
+    );
     clean_up(&id, &[&id]);
     operator.finish();
+}
+
+/// The sum of the values of the series of `name` whose labels contain `labels` (all of them when empty).
+fn metric_sum(text: &str, name: &str, labels: &str) -> f64 {
+    text.lines()
+        .filter_map(|l| {
+            let rest = l.strip_prefix(name)?;
+            let (series, value) = match rest.strip_prefix('{') {
+                Some(r) => r.split_once("} ")?,
+                None => ("", rest.strip_prefix(' ')?),
+            };
+            series.contains(labels).then(|| value.trim().parse::<f64>().ok()).flatten()
+        })
+        .sum()
 }
 
 /// Killed in the middle of a disruption command and restarted, tenon leaks nothing: no node left
@@ -665,6 +701,23 @@ spec:
     assert_eq!(tags.get("karpenter.sh/nodepool"), Some(&id.as_str()), "{tags:?}");
     let instance_type = instance.instance_type().map(|t| t.as_str().to_owned()).unwrap_or_default();
     assert!(["m5.large", "c5.large"].contains(&instance_type.as_str()), "{instance_type}");
+    // The class carries the termination finalizer and a status as Karpenter writes it.
+    let class = poll("the EC2NodeClass status", Duration::from_secs(60), || {
+        let out = kubectl(&["get", "ec2nodeclass", &id, "-o", "json"], "");
+        let class: serde_json::Value = serde_json::from_str(&ok(&out, "reading the class")).ok()?;
+        has_condition(&class, "Ready", "True").then_some(class)
+    });
+    for condition in ["SubnetsReady", "SecurityGroupsReady", "AMIsReady", "InstanceProfileReady", "ValidationSucceeded"]
+    {
+        assert!(has_condition(&class, condition, "True"), "{condition}: {class}");
+    }
+    assert_eq!(class["status"]["subnets"][0]["zone"], "us-east-1a", "{class}");
+    assert_eq!(class["status"]["instanceProfile"], "KarpenterNodeRole-e2e", "{class}");
+    assert!(class["metadata"]["finalizers"].to_string().contains("karpenter.k8s.aws/termination"), "{class}");
+    // Deleted while a claim uses it, the class stays.
+    ok(&kubectl(&["delete", "ec2nodeclass", &id, "--wait=false"], ""), "deleting the class");
+    let out = kubectl(&["get", "ec2nodeclass", &id, "-o", "jsonpath={.metadata.deletionTimestamp}"], "");
+    assert!(!ok(&out, "reading the class").is_empty(), "the class went while a claim used it");
     // The pool goes, its claim with it, and the instance is terminated.
     ok(&kubectl(&["delete", "nodepool", &id, "--wait=false"], ""), "deleting the pool");
     poll("the claim to go", Duration::from_secs(120), || claims_of(&id).is_empty().then_some(()));
@@ -674,6 +727,16 @@ spec:
         "{state:?}"
     );
     ok(&kubectl(&["delete", "namespace", &id, "--wait=false"], ""), "deleting the namespace");
-    ok(&kubectl(&["delete", "ec2nodeclass", &id, "--wait=false"], ""), "deleting the class");
+    // Its last claim gone, the class goes, and its launch templates with it.
+    poll("the class to go", Duration::from_secs(60), || {
+        let out = kubectl(&["get", "ec2nodeclasses", "-o", "name"], "");
+        (!ok(&out, "listing classes").contains(&format!("/{id}"))).then_some(())
+    });
+    let templates = rt.block_on(
+        ec2.describe_launch_templates()
+            .filters(ec2::Filter::builder().name("tag:karpenter.k8s.aws/ec2nodeclass").values(&id).build())
+            .send(),
+    );
+    assert!(templates.unwrap().launch_templates().is_empty(), "the class's launch templates are left");
     operator.finish();
 }

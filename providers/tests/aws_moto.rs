@@ -525,6 +525,52 @@ async fn an_unresolvable_node_class_is_not_ready() {
     assert!(matches!(err, CloudError::NodeClassNotReady(ref m) if m.contains("subnetSelectorTerms")), "{err}");
 }
 
+/// moto: the status written on an EC2NodeClass says, condition by condition, what resolved and what did
+/// not, as Karpenter's does; a condition that holds keeps its transition time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_node_class_status_has_a_condition_for_each_part_and_ready_over_them() {
+    use tenon_core::api::ConditionStatus;
+    let env = Env::new("status").await;
+    let p = env.provider().await;
+    let condition = |s: &tenon_providers::aws::EC2NodeClassStatus, t: &str| {
+        s.conditions.iter().find(|c| c.type_ == t).map(|c| (c.status, c.reason.clone(), c.last_transition_time))
+    };
+    // No role: everything resolves but the instance profile.
+    let class = env.node_class();
+    let status = p.node_class_status(&class).await;
+    assert_eq!(status.subnets.len(), 2);
+    assert_eq!(status.security_groups[0].id, env.security_group);
+    assert_eq!(condition(&status, "SubnetsReady").map(|c| c.0), Some(ConditionStatus::True));
+    assert_eq!(condition(&status, "AMIsReady").map(|c| c.0), Some(ConditionStatus::True));
+    let profile = condition(&status, "InstanceProfileReady").unwrap();
+    assert_eq!((profile.0, profile.1.as_str()), (ConditionStatus::False, "InstanceProfileNotFound"));
+    let ready = condition(&status, "Ready").unwrap();
+    assert_eq!(ready.0, ConditionStatus::False);
+    // With a role, Ready; the conditions that held keep their transition times.
+    let mut class = env.node_class();
+    class.spec.role = Some("KarpenterNodeRole".into());
+    class.status = Some(status.clone());
+    p.apply_node_class(class.clone()).unwrap();
+    let ready_status = p.node_class_status(&class).await;
+    assert_eq!(condition(&ready_status, "Ready").map(|c| c.0), Some(ConditionStatus::True));
+    assert_eq!(ready_status.instance_profile.as_deref(), Some("KarpenterNodeRole"));
+    assert_eq!(condition(&ready_status, "SubnetsReady").unwrap().2, condition(&status, "SubnetsReady").unwrap().2);
+    // Subnets that match nothing: SubnetsReady and Ready are False, with the reason.
+    class.spec.subnet_selector_terms[0].tags = [("tenon-test".to_owned(), "nobody".to_owned())].into();
+    class.status = Some(ready_status);
+    let status = p.node_class_status(&class).await;
+    let subnets = condition(&status, "SubnetsReady").unwrap();
+    assert_eq!((subnets.0, subnets.1.as_str()), (ConditionStatus::False, "SubnetsNotFound"));
+    assert_eq!(condition(&status, "Ready").map(|c| c.0), Some(ConditionStatus::False));
+    assert!(status.subnets.is_empty());
+    // A class that fails validation is not resolved at all.
+    class.spec.subnet_selector_terms.clear();
+    let status = p.node_class_status(&class).await;
+    let validation = condition(&status, "ValidationSucceeded").unwrap();
+    assert_eq!((validation.0, validation.1.as_str()), (ConditionStatus::False, "ValidationFailed"));
+    assert_eq!(condition(&status, "Ready").map(|c| c.0), Some(ConditionStatus::False));
+}
+
 /// moto: an `alias` term finds the EKS-named image of its version (the owner is configurable: here
 /// the test account's own images stand in for Amazon's).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -76,8 +76,9 @@ pub(crate) fn find<'a>(conditions: &'a [Condition], type_: &str) -> Option<&'a C
     conditions.iter().find(|c| c.type_ == type_)
 }
 
-/// Sets a condition, keeping its transition time when the status does not change.
-pub(crate) fn set(
+/// Sets a condition in `conditions`, keeping its transition time when the status does not change: for
+/// the status of any object shaped like Kubernetes' (a provider's NodeClass, say).
+pub fn set(
     conditions: &mut Vec<Condition>,
     type_: &str,
     status: ConditionStatus,

@@ -12,7 +12,7 @@ mod nodepool;
 mod requirements;
 mod validation;
 
-pub use conditions::{Condition, ConditionStatus, condition_types};
+pub use conditions::{Condition, ConditionStatus, condition_types, set as set_condition};
 pub use duration::{KubeDuration, NillableDuration, format_duration, parse_duration};
 pub use nodeclaim::{NodeClaim, NodeClaimResources, NodeClaimSpec, NodeClaimStatus};
 pub use nodepool::{

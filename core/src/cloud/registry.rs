@@ -62,6 +62,13 @@ impl ProviderRegistry {
         Self::default()
     }
 
+    /// The same routing over each provider passed through `wrap` (a metrics or logging decorator, which
+    /// must keep the provider's name and descriptor).
+    #[must_use]
+    pub fn wrapped(self, wrap: impl FnMut(DynCloudProvider) -> DynCloudProvider) -> Self {
+        Self { providers: self.providers.into_iter().map(wrap).collect(), by_kind: self.by_kind }
+    }
+
     /// Adds a provider for every NodeClass kind its descriptor lists.
     pub fn register(&mut self, provider: impl CloudProvider) -> Result<&mut Self, RegistryError> {
         self.register_arc(Arc::new(provider))

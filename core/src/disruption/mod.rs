@@ -126,6 +126,30 @@ pub struct Pass {
     /// others, which a method examined and could not act on, as `Unconsolidatable`.
     #[serde(skip)]
     pub blocked: std::collections::BTreeSet<String>,
+    /// What the pass measured: for the operator's metrics, not for a plan.
+    #[serde(skip)]
+    pub stats: PassStats,
+}
+
+/// What a pass measured, for Karpenter's `voluntary_disruption` metrics.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PassStats {
+    /// How long each method it ran took, in order (`decision_evaluation_duration_seconds`).
+    pub evaluations: Vec<(Method, std::time::Duration)>,
+    /// How many candidates each reason's methods could act on (`eligible_nodes`): empty ones, drifted
+    /// ones, and those consolidation may consider.
+    pub eligible: Vec<(DisruptionReason, usize)>,
+}
+
+impl PassStats {
+    fn eligible(cands: &[Candidate]) -> Vec<(DisruptionReason, usize)> {
+        let count = |f: &dyn Fn(&Candidate) -> bool| cands.iter().filter(|c| f(c)).count();
+        vec![
+            (DisruptionReason::Empty, count(&|c| c.is_empty() && c.consolidatable && c.drift.is_none())),
+            (DisruptionReason::Drifted, count(&|c| c.drift.is_some())),
+            (DisruptionReason::Underutilized, count(&|c| c.consolidatable && c.consolidation_block.is_none())),
+        ]
+    }
 }
 
 /// What a pass reads.
@@ -151,6 +175,7 @@ pub fn compute_from(inputs: &Inputs<'_>, cands: Vec<Candidate>, mut blocked: Vec
     let filtered = blocked.iter().map(|b| b.node.clone()).collect();
     let mut sim = Simulator::new(inputs, &cands);
     let started = Instant::now();
+    let mut stats = PassStats { evaluations: Vec::new(), eligible: PassStats::eligible(&cands) };
     for method in [
         Method::Emptiness,
         Method::StaticDrift,
@@ -158,6 +183,7 @@ pub fn compute_from(inputs: &Inputs<'_>, cands: Vec<Candidate>, mut blocked: Vec
         Method::MultiNodeConsolidation,
         Method::SingleNodeConsolidation,
     ] {
+        let began = Instant::now();
         let (commands, notes) = match method {
             Method::Emptiness => sim.emptiness(&cands),
             Method::StaticDrift => sim.drift(&cands, true),
@@ -167,16 +193,17 @@ pub fn compute_from(inputs: &Inputs<'_>, cands: Vec<Candidate>, mut blocked: Vec
             // Repair runs from the controller, which holds the provider's policies and reboot history.
             Method::NodeRepair => (Vec::new(), Vec::new()),
         };
+        stats.evaluations.push((method, began.elapsed()));
         if !commands.is_empty() {
             let acted: Vec<&str> = commands.iter().flat_map(|c| c.candidates.iter().map(|x| x.node.as_str())).collect();
             blocked.extend(notes.into_iter().filter(|b| !acted.contains(&b.node.as_str())));
             dedupe(&mut blocked);
-            return Pass { method: Some(method), commands, unconsolidatable: blocked, blocked: filtered };
+            return Pass { method: Some(method), commands, unconsolidatable: blocked, blocked: filtered, stats };
         }
         blocked.extend(notes);
     }
     dedupe(&mut blocked);
-    Pass { method: None, commands: Vec::new(), unconsolidatable: blocked, blocked: filtered }
+    Pass { method: None, commands: Vec::new(), unconsolidatable: blocked, blocked: filtered, stats }
 }
 
 /// How long a pass that found nothing is trusted while its digest stays the same. Prices, budgets and

@@ -451,6 +451,12 @@ pub enum Event {
     Started {
         /// The candidates' nodes.
         nodes: Vec<String>,
+        /// The method that computed it.
+        method: Method,
+        /// Delete or replace.
+        decision: super::Decision,
+        /// Why.
+        reason: crate::api::DisruptionReason,
         /// For a person: the method, decision, reason and estimated saving.
         why: String,
     },
@@ -504,6 +510,8 @@ pub struct Controller {
     quiet: Option<(u64, Timestamp)>,
     /// What the last pass left alone and why, until taken ([`Controller::take_notes`]).
     notes: Option<Notes>,
+    /// What the last pass measured, until taken ([`Controller::take_pass_stats`]).
+    stats: Option<super::PassStats>,
 }
 
 /// A node a disruption pass left alone.
@@ -530,6 +538,11 @@ impl Controller {
     /// What the last pass computed since the previous call left alone, and why; `None` when no pass ran.
     pub fn take_notes(&mut self) -> Option<Notes> {
         self.notes.take()
+    }
+
+    /// What the last pass computed since the previous call measured; `None` when no pass ran.
+    pub fn take_pass_stats(&mut self) -> Option<super::PassStats> {
+        self.stats.take()
     }
 
     /// When the controller next has something to do on its own (a proposal's validation window ending,
@@ -561,6 +574,7 @@ impl Controller {
             for p in std::mem::take(&mut self.proposals) {
                 let nodes: Vec<String> = p.command.candidates.iter().map(|c| c.node.clone()).collect();
                 let c = &p.command;
+                let (method, decision, reason) = (p.method, c.decision, c.reason);
                 let mut why =
                     format!("{:?}, {:?} ({}), saves ${:.3}/h", p.method, c.decision, c.reason, c.savings_per_hour);
                 if !c.explanation.is_empty() {
@@ -572,7 +586,7 @@ impl Controller {
                         .start(fresh, inputs.state, cluster, nominations, inputs.settings, now, name_for)
                         .await
                     {
-                        Ok(()) => events.push(Event::Started { nodes, why }),
+                        Ok(()) => events.push(Event::Started { nodes, method, decision, reason, why }),
                         Err(e) => events.push(Event::Rejected { nodes, reason: e.to_string() }),
                     },
                     Err(reason) => events.push(Event::Rejected { nodes, reason }),
@@ -618,6 +632,7 @@ impl Controller {
         }
         let pass = super::compute_from(inputs, cands, blocked);
         self.quiet = pass.method.is_none().then_some((digest, now));
+        self.stats = Some(pass.stats.clone());
         self.notes = Some(
             pass.unconsolidatable
                 .iter()
@@ -795,7 +810,7 @@ mod tests {
         assert!(w.log().is_empty());
         let events = w.tick(t(15)).await;
         assert!(
-            matches!(&events[..], [Event::Started { nodes, why }] if nodes == &["od"] && why.contains("Replace")),
+            matches!(&events[..], [Event::Started { nodes, why, .. }] if nodes == &["od"] && why.contains("Replace")),
             "{events:?}"
         );
         // The spec's order: taint and reason first, then the replacement.

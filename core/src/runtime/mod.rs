@@ -43,6 +43,20 @@ use crate::provisioning::{self, Batcher, Nominations};
 use crate::settings::Settings;
 use crate::state::{ClusterState, PodInfoCache};
 
+/// What the runtime measured since the operator last took it ([`Runtime::take_telemetry`]), for
+/// Karpenter's scheduler and disruption metrics. The decisions never read it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Telemetry {
+    /// How long each scheduling pass took (`scheduler_scheduling_duration_seconds`).
+    pub scheduling: Vec<Duration>,
+    /// Pods that wanted a place at the last provisioning step (`scheduler_queue_depth`).
+    pub queue_depth: Option<usize>,
+    /// What the last disruption pass measured.
+    pub pass: Option<crate::disruption::PassStats>,
+    /// Each pool's allowed disruptions by reason at the last pass (`nodepools_allowed_disruptions`).
+    pub allowed: Vec<(String, crate::api::DisruptionReason, u64)>,
+}
+
 /// How often garbage collection runs.
 pub const GC_PERIOD: Duration = Duration::from_secs(120);
 /// The longest a claim's failed reconcile waits before it is tried again.
@@ -88,6 +102,8 @@ pub struct Runtime {
     next_gc: Timestamp,
     /// Instance types per NodePool, refreshed from its provider each pass; a failed read keeps the last.
     types: HashMap<String, Vec<InstanceType>>,
+    /// Whether `types` was read afresh since [`Runtime::take_offerings_changed`] last looked.
+    types_read: bool,
     recovered: bool,
     /// The NodePools last validated, and each one's validation.
     valid_pools: Option<(Arc<Vec<NodePool>>, Vec<Validation>)>,
@@ -98,6 +114,7 @@ pub struct Runtime {
     pod_infos: PodInfoCache,
     /// Events recently published, so a condition that holds pass after pass is reported once a while.
     recent: RecentEvents,
+    telemetry: Telemetry,
 }
 
 /// How long an `Unconsolidatable` event about one object silences the next, as Karpenter's.
@@ -167,12 +184,14 @@ impl Runtime {
             last: None,
             next_gc: now,
             types: HashMap::new(),
+            types_read: false,
             recovered: false,
             valid_pools: None,
             decisions: Vec::new(),
             reserved: HashMap::new(),
             pod_infos: PodInfoCache::default(),
             recent: RecentEvents::default(),
+            telemetry: Telemetry::default(),
         }
     }
 
@@ -199,6 +218,17 @@ impl Runtime {
     /// Takes the disruption decisions made since the last call.
     pub fn take_decisions(&mut self) -> Vec<(Timestamp, Event)> {
         std::mem::take(&mut self.decisions)
+    }
+
+    /// Takes what the runtime measured since the last call.
+    pub fn take_telemetry(&mut self) -> Telemetry {
+        std::mem::take(&mut self.telemetry)
+    }
+
+    /// Each NodePool's instance types as its provider last reported them, when they were read again
+    /// since the last call (for the offering price metrics).
+    pub fn take_offerings_changed(&mut self) -> Option<&HashMap<String, Vec<InstanceType>>> {
+        std::mem::take(&mut self.types_read).then_some(&self.types)
     }
 
     /// When the runtime next has something to do on its own; changes in the cluster may bring it sooner.
@@ -249,6 +279,7 @@ impl Runtime {
         self.reconcile_claims(cluster, now).await;
         let snapshot = cluster.snapshot();
         self.pod_events.observe(cluster, &snapshot, now).await;
+        self.finish_reboots(cluster, &snapshot, now).await;
         if now >= self.next_gc {
             // A failed run (a throttled list) is retried next step.
             match self.lifecycle.collect_garbage(cluster, now).await {
@@ -384,6 +415,7 @@ impl Runtime {
             match provider.instance_types(pool).await {
                 Ok(types) => {
                     self.types.insert(pool.name().to_owned(), types);
+                    self.types_read = true;
                 }
                 Err(e) => tracing::debug!(pool = pool.name(), error = %e, "instance types; keeping the last"),
             }
@@ -404,6 +436,7 @@ impl Runtime {
         }
         let Some(state) = self.state(&snapshot, now) else { return };
         let waiting = state.pods_to_place().any(|p| self.nominations.target(&p.info.key, now).is_none());
+        self.telemetry.queue_depth = Some(state.pods_to_place().count());
         // Pods waiting without capacity on its way open a batch window.
         if waiting && !self.batcher.is_open() {
             self.batcher.trigger(now);
@@ -417,8 +450,13 @@ impl Runtime {
         self.nominations.expire(now, |t| snapshot.claims.contains_key(t) || snapshot.nodes.contains_key(t));
         let names = &mut self.names;
         let mut name_for = |pool: &str| names(pool);
+        let began = std::time::Instant::now();
         let out =
             provisioning::provision(&state, &types_for, &mut self.nominations, &self.settings, now, &mut name_for);
+        // Bounded for a caller that never takes the telemetry (the simulator).
+        if self.telemetry.scheduling.len() < 1024 {
+            self.telemetry.scheduling.push(began.elapsed());
+        }
         // Pods planned in this pass are no longer planned anywhere else.
         let planned: HashSet<&String> = out
             .results
@@ -479,6 +517,7 @@ impl Runtime {
     async fn report_pass(&mut self, cluster: &dyn Cluster, snapshot: &Snapshot, state: &ClusterState, now: Timestamp) {
         use crate::api::DisruptionReason;
         let Some(notes) = self.disruption.take_notes() else { return };
+        self.telemetry.pass = self.disruption.take_pass_stats();
         let claims: HashMap<&str, &str> = snapshot
             .claims
             .values()
@@ -499,8 +538,10 @@ impl Runtime {
                 cluster.publish(ClusterEvent::claim(claim, EventType::Normal, event, reason)).await;
             }
         }
+        self.telemetry.allowed.clear();
         for reason in [DisruptionReason::Empty, DisruptionReason::Drifted, DisruptionReason::Underutilized] {
             for (pool, allowed, _) in crate::disruption::allowances(state, reason, now) {
+                self.telemetry.allowed.push((pool.clone(), reason, allowed));
                 if allowed > 0 || state.pool_nodes(&pool).next().is_none() {
                     continue;
                 }
@@ -626,7 +667,7 @@ impl Runtime {
             match &e {
                 Event::Reboot { node, claim } => self.reboot(cluster, &snapshot, node, claim).await,
                 Event::Proposed { method, nodes } => tracing::info!(?method, ?nodes, "disruption proposed"),
-                Event::Started { nodes, why } => tracing::info!(?nodes, %why, "disruption started"),
+                Event::Started { nodes, why, .. } => tracing::info!(?nodes, %why, "disruption started"),
                 Event::Rejected { nodes, reason } => tracing::info!(?nodes, %reason, "disruption rejected"),
                 Event::Finished(outcome) => tracing::info!(?outcome, "disruption finished"),
                 Event::CleanedUp { node } => tracing::info!(%node, "removed a disrupted taint no command holds"),
@@ -637,6 +678,48 @@ impl Runtime {
         self.report_pass(cluster, &snapshot, &state, now).await;
     }
 
+    /// Lifts the `karpenter.sh/rebooting` taint of each node back from a repair reboot: its `Ready`
+    /// condition turned `True` after the taint was added (the kubelet came back), or the reboot outlasted
+    /// [`REBOOT_TIMEOUT`](crate::repair::REBOOT_TIMEOUT), when repair judges the node afresh. A taint
+    /// with no time is lifted once the node is Ready.
+    async fn finish_reboots(&mut self, cluster: &dyn Cluster, snapshot: &Snapshot, now: Timestamp) {
+        for (name, node) in snapshot.nodes.iter() {
+            let Some(taint) = node
+                .spec
+                .as_ref()
+                .and_then(|s| s.taints.as_ref())
+                .and_then(|t| t.iter().find(|t| t.key == labels::REBOOTING_TAINT))
+            else {
+                continue;
+            };
+            let since = taint.time_added.as_ref().map(|t| t.0);
+            let ready = node
+                .status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready"))
+                .filter(|c| c.status == "True");
+            let back = ready.is_some_and(|c| match (since, c.last_transition_time.as_ref()) {
+                (Some(since), Some(at)) => at.0 > since,
+                (None, _) => true,
+                (Some(_), None) => false,
+            });
+            let timed_out = since.is_some_and(|t| clock::since(now, t) >= crate::repair::REBOOT_TIMEOUT);
+            if !back && !timed_out {
+                continue;
+            }
+            let mut n = k8s_openapi::api::core::v1::Node::clone(node);
+            if let Some(taints) = n.spec.as_mut().and_then(|s| s.taints.as_mut()) {
+                taints.retain(|t| t.key != labels::REBOOTING_TAINT);
+            }
+            match cluster.patch_node(&n).await {
+                Ok(_) if back => tracing::info!(node = %name, "back from its repair reboot"),
+                Ok(_) => tracing::warn!(node = %name, "its repair reboot timed out; repair judges it afresh"),
+                Err(e) => tracing::debug!(node = %name, error = %e, "lifting the rebooting taint; retried next step"),
+            }
+        }
+    }
+
     /// The executor's half of a repair reboot: taint the node and ask its provider.
     async fn reboot(&mut self, cluster: &dyn Cluster, snapshot: &Snapshot, node: &str, claim: &str) {
         let Some(c) = snapshot.claim(claim) else { return };
@@ -645,7 +728,10 @@ impl Runtime {
         {
             let mut n = k8s_openapi::api::core::v1::Node::clone(n);
             let taints = n.spec.get_or_insert_with(Default::default).taints.get_or_insert_with(Vec::new);
-            taints.push(crate::scheduling::taints::taint(labels::REBOOTING_TAINT, None, "NoSchedule"));
+            let mut taint = crate::scheduling::taints::taint(labels::REBOOTING_TAINT, None, "NoSchedule");
+            // When the reboot began, kept on the node itself: a restarted tenon still knows.
+            taint.time_added = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(self.clock.now()));
+            taints.push(taint);
             if let Err(e) = cluster.patch_node(&n).await {
                 tracing::warn!(node, error = %e, "tainting a node to reboot");
                 self.disruption.repairer.reboot_failed(node);

@@ -201,25 +201,24 @@ impl Sim {
         self.schedule_pods(now);
         self.runtime.step(&*self.api).await;
         for (at, e) in self.runtime.take_decisions() {
-            if let Event::Reboot { node, claim } = &e
-                && let Some(c) = self.api.lock().snapshot().claim(claim)
-            {
-                // A reboot takes as long as the instance family takes to boot and register.
-                let boot = self.kubelet.registration_delay_for(c.label(labels::INSTANCE_TYPE));
-                self.rebooted.insert(node.clone(), clock::add(now, boot));
+            if let Event::Reboot { node, claim } = &e {
+                let snapshot = self.api.lock().snapshot();
+                if let Some(c) = snapshot.claim(claim) {
+                    // A reboot takes as long as the instance family takes to boot and register, its
+                    // kubelet down meanwhile.
+                    let boot = self.kubelet.registration_delay_for(c.label(labels::INSTANCE_TYPE));
+                    self.rebooted.insert(node.clone(), clock::add(now, boot));
+                    self.api.lock().update_node(node, |n| set_ready(n, "False", now));
+                }
             }
             self.events.push((at, e));
         }
-        // A rebooted node comes back (its rebooting taint removed) once it has booted.
+        // A rebooted node's kubelet comes back (Ready again) once it has booted; tenon lifts the taint.
         let back: Vec<String> =
             self.rebooted.iter().filter(|(_, back_at)| now >= **back_at).map(|(n, _)| n.clone()).collect();
         for n in back {
             self.rebooted.remove(&n);
-            self.api.lock().update_node(&n, |node| {
-                if let Some(t) = node.spec.as_mut().and_then(|s| s.taints.as_mut()) {
-                    t.retain(|t| t.key != labels::REBOOTING_TAINT);
-                }
-            });
+            self.api.lock().update_node(&n, |node| set_ready(node, "True", now));
         }
     }
 
@@ -509,3 +508,24 @@ pub mod scenario;
 
 #[cfg(test)]
 mod tests;
+
+/// Sets a node's `Ready` condition to `status`, as its kubelet would, with a transition at `now` when it
+/// changes.
+fn set_ready(node: &mut k8s_openapi::api::core::v1::Node, status: &str, now: Timestamp) {
+    use k8s_openapi::api::core::v1::NodeCondition;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+    let conditions = node.status.get_or_insert_with(Default::default).conditions.get_or_insert_with(Vec::new);
+    match conditions.iter_mut().find(|c| c.type_ == "Ready") {
+        Some(c) if c.status == status => {}
+        Some(c) => {
+            c.status = status.to_owned();
+            c.last_transition_time = Some(Time(now));
+        }
+        None => conditions.push(NodeCondition {
+            type_: "Ready".into(),
+            status: status.to_owned(),
+            last_transition_time: Some(Time(now)),
+            ..Default::default()
+        }),
+    }
+}

@@ -834,7 +834,7 @@ pub async fn run(scenario: &Scenario, settings: Settings, progress: &mut dyn FnM
         for (at, e) in &sim.events[events_seen..] {
             let hour = hours(clock::since(*at, start));
             let what = match e {
-                Event::Started { nodes, why } => Some(format!("started disruption of {}: {why}", nodes.join(", "))),
+                Event::Started { nodes, why, .. } => Some(format!("started disruption of {}: {why}", nodes.join(", "))),
                 Event::Rejected { nodes, reason } => {
                     Some(format!("rejected disruption of {}: {reason}", nodes.join(", ")))
                 }

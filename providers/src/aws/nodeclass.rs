@@ -196,7 +196,29 @@ pub struct EC2NodeClassStatus {
     /// The instance profile instances are launched with.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub instance_profile: Option<String>,
+    /// `SubnetsReady`, `SecurityGroupsReady`, `AMIsReady`, `InstanceProfileReady`, and `Ready` over
+    /// them all, as Karpenter's AWS provider writes them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<tenon_core::api::Condition>,
 }
+
+/// The condition types of an `EC2NodeClass` status.
+pub mod condition_types {
+    /// The subnet selector terms resolved to at least one subnet.
+    pub const SUBNETS_READY: &str = "SubnetsReady";
+    /// The security group selector terms resolved to at least one group.
+    pub const SECURITY_GROUPS_READY: &str = "SecurityGroupsReady";
+    /// The AMI selector terms resolved to at least one image.
+    pub const AMIS_READY: &str = "AMIsReady";
+    /// The class names a role or an instance profile.
+    pub const INSTANCE_PROFILE_READY: &str = "InstanceProfileReady";
+    /// Every other condition is true: the class can launch.
+    pub const READY: &str = "Ready";
+}
+
+/// The finalizer on an `EC2NodeClass`: the class stays until no NodeClaim uses it and its launch
+/// templates are deleted.
+pub const FINALIZER: &str = "karpenter.k8s.aws/termination";
 
 /// A resolved subnet.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default, JsonSchema)]

@@ -58,7 +58,15 @@ struct Cached<T> {
     value: Arc<T>,
 }
 
+/// What a class's subnet, security group and AMI terms resolve to, each on its own.
+type Resolved = (
+    Result<Vec<ResolvedSubnet>, CloudError>,
+    Result<Vec<ResolvedSecurityGroup>, CloudError>,
+    Result<Vec<ResolvedAmi>, CloudError>,
+);
+
 #[derive(Debug, Clone)]
+
 struct ResolvedClass {
     at: Timestamp,
     status: Arc<EC2NodeClassStatus>,
@@ -343,36 +351,118 @@ impl AwsProvider {
         &self,
         name: &str,
     ) -> Result<(Arc<EC2NodeClass>, Arc<EC2NodeClassStatus>), CloudError> {
-        let class = self
-            .state()
+        let class = self.known_class(name)?;
+        if let Some(status) = self.fresh_resolution(name) {
+            return Ok((class, status));
+        }
+        let (subnets, security_groups, amis) = self.resolve_parts(&class).await;
+        let status = EC2NodeClassStatus {
+            subnets: subnets?,
+            security_groups: security_groups?,
+            amis: amis?,
+            instance_profile: class.spec.instance_profile.clone().or_else(|| class.spec.role.clone()),
+            conditions: Vec::new(),
+        };
+        Ok((class.clone(), self.remember_resolution(name, &class, status).await))
+    }
+
+    /// The status to write on `class`, as Karpenter's AWS provider writes it: what its terms resolve to,
+    /// a condition for each part (`ValidationSucceeded`, `SubnetsReady`, `SecurityGroupsReady`,
+    /// `AMIsReady`, `InstanceProfileReady`) and `Ready` over them all, keeping the transition times of its
+    /// current status. Reads EC2 only when the cached resolution is stale, as a launch would; a class that
+    /// fails validation is not resolved and keeps what its status last said it resolved to.
+    pub async fn node_class_status(&self, class: &EC2NodeClass) -> EC2NodeClassStatus {
+        use super::nodeclass::condition_types::{
+            AMIS_READY, INSTANCE_PROFILE_READY, READY, SECURITY_GROUPS_READY, SUBNETS_READY,
+        };
+        use tenon_core::api::condition_types::VALIDATION_SUCCEEDED;
+        use tenon_core::api::{ConditionStatus, set_condition};
+        let previous = class.status.clone().unwrap_or_default();
+        let now = self.now();
+        let mut conditions = previous.conditions.clone();
+        let mut unready: Vec<&str> = Vec::new();
+        let mut set = |type_: &'static str, failure: Option<String>, reason: &str| match failure {
+            None => set_condition(&mut conditions, type_, ConditionStatus::True, type_, "", now),
+            Some(m) => {
+                unready.push(type_);
+                set_condition(&mut conditions, type_, ConditionStatus::False, reason, &m, now);
+            }
+        };
+        if let Err(m) = class.validate() {
+            set(VALIDATION_SUCCEEDED, Some(m), "ValidationFailed");
+            let message = format!("{VALIDATION_SUCCEEDED} is False");
+            set_condition(&mut conditions, READY, ConditionStatus::False, "NotReady", &message, now);
+            return EC2NodeClassStatus { conditions, ..previous };
+        }
+        set(VALIDATION_SUCCEEDED, None, "");
+        let name = class.name();
+        let known = self.state().classes.get(name).is_some_and(|k| k.spec == class.spec);
+        let cached = known.then(|| self.fresh_resolution(name)).flatten();
+        let (subnets, security_groups, amis) = match &cached {
+            Some(s) => (Ok(s.subnets.clone()), Ok(s.security_groups.clone()), Ok(s.amis.clone())),
+            None => self.resolve_parts(class).await,
+        };
+        let instance_profile = class.spec.instance_profile.clone().or_else(|| class.spec.role.clone());
+        set(SUBNETS_READY, subnets.as_ref().err().map(ToString::to_string), "SubnetsNotFound");
+        set(SECURITY_GROUPS_READY, security_groups.as_ref().err().map(ToString::to_string), "SecurityGroupsNotFound");
+        set(AMIS_READY, amis.as_ref().err().map(ToString::to_string), "AMIsNotFound");
+        let no_profile = instance_profile.is_none().then(|| "neither spec.role nor spec.instanceProfile is set".into());
+        set(INSTANCE_PROFILE_READY, no_profile, "InstanceProfileNotFound");
+        let ready = unready.is_empty();
+        if ready {
+            set_condition(&mut conditions, READY, ConditionStatus::True, READY, "", now);
+        } else {
+            let message = format!("{} not ready", unready.join(", "));
+            set_condition(&mut conditions, READY, ConditionStatus::False, "NotReady", &message, now);
+        }
+        let status = EC2NodeClassStatus {
+            subnets: subnets.unwrap_or_default(),
+            security_groups: security_groups.unwrap_or_default(),
+            amis: amis.unwrap_or_default(),
+            instance_profile,
+            conditions: Vec::new(),
+        };
+        if ready && known && cached.is_none() {
+            self.remember_resolution(name, class, status.clone()).await;
+        }
+        EC2NodeClassStatus { conditions, ..status }
+    }
+
+    fn known_class(&self, name: &str) -> Result<Arc<EC2NodeClass>, CloudError> {
+        self.state()
             .classes
             .get(name)
             .cloned()
-            .ok_or_else(|| CloudError::NodeClassNotReady(format!("EC2NodeClass/{name} is not known")))?;
-        let cached = self.state().resolved.get(name).cloned();
-        if let Some(r) = cached
-            && clock::since(self.now(), r.at) < self.settings.node_class_ttl
-        {
-            return Ok((class, r.status));
-        }
-        let subnets = self.resolve_subnets(&class).await?;
-        let security_groups = self.resolve_security_groups(&class).await?;
-        let amis = self.resolve_amis(&class).await?;
-        let status = Arc::new(EC2NodeClassStatus {
-            subnets,
-            security_groups,
-            amis,
-            instance_profile: class.spec.instance_profile.clone().or_else(|| class.spec.role.clone()),
-        });
+            .ok_or_else(|| CloudError::NodeClassNotReady(format!("EC2NodeClass/{name} is not known")))
+    }
+
+    /// The cached resolution of class `name`, unless older than `node_class_ttl`.
+    fn fresh_resolution(&self, name: &str) -> Option<Arc<EC2NodeClassStatus>> {
+        let cached = self.state().resolved.get(name).cloned()?;
+        (clock::since(self.now(), cached.at) < self.settings.node_class_ttl).then_some(cached.status)
+    }
+
+    /// What each kind of selector term of `class` resolves to, read from EC2.
+    async fn resolve_parts(&self, class: &EC2NodeClass) -> Resolved {
+        (self.resolve_subnets(class).await, self.resolve_security_groups(class).await, self.resolve_amis(class).await)
+    }
+
+    /// Caches a fresh resolution, and deletes the launch templates it makes stale: a changed spec, AMI,
+    /// group or profile names a new one, and those the class would no longer use go. Failing to delete
+    /// them is not the caller's problem.
+    async fn remember_resolution(
+        &self,
+        name: &str,
+        class: &EC2NodeClass,
+        status: EC2NodeClassStatus,
+    ) -> Arc<EC2NodeClassStatus> {
+        let status = Arc::new(status);
         self.state().resolved.insert(name.to_owned(), ResolvedClass { at: self.now(), status: status.clone() });
-        // A fresh resolution is when templates go stale: a changed spec, AMI, group or profile names a new
-        // one. Those the class would no longer use are deleted; failing to is not the launch's problem.
-        let keep: BTreeSet<String> =
-            status.amis.iter().map(|a| self.launch_template_name(&class, &status, a)).collect();
+        let keep: BTreeSet<String> = status.amis.iter().map(|a| self.launch_template_name(class, &status, a)).collect();
         if let Err(e) = self.delete_launch_templates(name, &keep).await {
             tracing::warn!(node_class = name, error = %e, "could not delete unused launch templates");
         }
-        Ok((class, status))
+        status
     }
 
     async fn resolve_subnets(&self, class: &EC2NodeClass) -> Result<Vec<ResolvedSubnet>, CloudError> {
@@ -1631,6 +1721,7 @@ mod tests {
             security_groups: vec![ResolvedSecurityGroup { id: "sg-1".into(), name: None }],
             amis: vec![ami("ami-std", false), ami("ami-gpu", true)],
             instance_profile: None,
+            conditions: Vec::new(),
         }
     }
 
