@@ -5,10 +5,11 @@
 //!   `NodeClassNotReady`.
 //! - `self-managed`: owned bare-metal machines through their Redfish BMCs. Its `SelfManagedNodeClass`
 //!   objects are read when `tenon run` starts, with the BMC credentials from the Secrets they name (in
-//!   the operator's namespace, keys `username` and `password`). They are watched too, but the machine
-//!   inventory is fixed for the life of the process: a class changed later is reported (a warning) and
-//!   picked up at the next start. A class that bursts names a provider registered before it (built in or
-//!   added by the binary), or it is skipped with a warning.
+//!   the operator's namespace, keys `username` and `password`), and read again, Secrets included,
+//!   whenever one changes: the provider reloads its inventory in place (a machine a claim holds keeps its
+//!   spec until released; an inventory that fails validation leaves the last one in force). A class that
+//!   bursts names a provider registered before it (built in or added by the binary), or it is skipped
+//!   with a warning.
 //! - `aws` (with the `aws` feature): EC2 through the standard AWS credential and region chain
 //!   (`AWS_REGION`, IRSA or Pod Identity, `AWS_ENDPOINT_URL` for an emulator). Its `EC2NodeClass` objects
 //!   are watched and fed to the provider as they change; a class that fails validation is forgotten
@@ -30,7 +31,9 @@ use kube::api::{Api, ListParams};
 use kube::{Client, CustomResourceExt, ResourceExt};
 use tenon_core::cloud::{NodeClassKind, ProviderRegistry, UnavailableOfferings};
 use tenon_core::settings::Settings;
-use tenon_self_managed::{DEFAULT_REQUEST_TIMEOUT, RedfishClient, SelfManagedNodeClass, SelfManagedProvider};
+use tenon_self_managed::{
+    Credentials, DEFAULT_REQUEST_TIMEOUT, RedfishClient, SelfManagedNodeClass, SelfManagedProvider,
+};
 
 use crate::kube::KubeCluster;
 use crate::kwok::{KwokNodeClass, KwokProvider, KwokSettings};
@@ -121,21 +124,32 @@ pub async fn register(
         }));
     }
     if wanted(settings, "self-managed") {
-        let (provider, started) = self_managed(registry, client, namespace).await?;
-        registry.register(provider).context("registering the self-managed provider")?;
-        // Each class's spec as last seen: a change is reported once, when it is seen.
-        let seen = std::sync::Mutex::new(started);
+        let inventory = SelfManagedInventory::read(registry, client, namespace).await?;
+        let bmc = RedfishClient::new(DEFAULT_REQUEST_TIMEOUT).context("building the Redfish client")?;
+        let mut builder = SelfManagedProvider::builder().bmc(Arc::new(bmc));
+        if let Some(burst) = &inventory.burst {
+            builder = builder.burst(burst.clone());
+        }
+        for class in inventory.classes.clone() {
+            builder = builder.node_class(class);
+        }
+        for (name, c) in &inventory.credentials {
+            builder = builder.credentials(name, &c.username, &c.password);
+        }
+        let provider = Arc::new(builder.build().context("the SelfManagedNodeClass inventory")?);
+        registry.register_arc(provider.clone()).context("registering the self-managed provider")?;
+        let (changed, changes) = tokio::sync::watch::channel(());
+        tokio::spawn(reload_self_managed(provider, registry.clone(), client.clone(), namespace.to_owned(), changes));
+        // Each class's spec and version as last seen: the inventory is read again when one changes.
+        let seen = std::sync::Mutex::new(inventory.versions);
         feeds.push(Box::new(move |cluster: &mut KubeCluster| {
             cluster.feed_node_classes::<SelfManagedNodeClass>(move |classes| {
+                let now: std::collections::BTreeMap<String, serde_json::Value> =
+                    classes.iter().map(|c| (c.name_any(), serde_json::to_value(&c.spec).unwrap_or_default())).collect();
                 let mut seen = seen.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-                for class in &classes {
-                    let spec = serde_json::to_value(&class.spec).unwrap_or_default();
-                    let name = class.name_any();
-                    if seen.get(&name) != Some(&spec) {
-                        let object = format!("SelfManagedNodeClass/{name}");
-                        tracing::warn!(%object, "changed since tenon started: the machine inventory picks it up at the next start");
-                        seen.insert(name, spec);
-                    }
+                if *seen != now {
+                    *seen = now;
+                    changed.send_replace(());
                 }
             });
         }));
@@ -306,61 +320,111 @@ async fn reconcile_ec2_node_class(
     Ok(true)
 }
 
-/// The self-managed provider over the `SelfManagedNodeClass` objects in the cluster now, and each
-/// class's spec as it was read (by name).
-async fn self_managed(
-    registry: &ProviderRegistry,
-    client: &Client,
-    namespace: &str,
-) -> Result<(SelfManagedProvider, std::collections::BTreeMap<String, serde_json::Value>)> {
-    let bmc = RedfishClient::new(DEFAULT_REQUEST_TIMEOUT).context("building the Redfish client")?;
-    let mut builder = SelfManagedProvider::builder().bmc(Arc::new(bmc));
-    let classes = match Api::<SelfManagedNodeClass>::all(client.clone()).list(&ListParams::default()).await {
-        Ok(list) => list.items,
-        Err(kube::Error::Api(s)) if s.code == 404 => {
-            tracing::info!("the SelfManagedNodeClass CRD is not installed: the self-managed provider serves none");
-            Vec::new()
-        }
-        Err(e) => return Err(e).context("listing SelfManagedNodeClasses"),
-    };
-    let secrets = Api::<Secret>::namespaced(client.clone(), namespace);
-    let mut seen = std::collections::BTreeSet::new();
-    let started = classes.iter().map(|c| (c.name_any(), serde_json::to_value(&c.spec).unwrap_or_default())).collect();
-    for class in classes {
-        let object = format!("SelfManagedNodeClass/{}", class.name_any());
-        if let Some(burst) = &class.spec.burst {
-            let r = &burst.node_class_ref;
-            let kind = NodeClassKind::new(r.group.clone(), r.kind.clone());
-            match registry.providers().iter().find(|p| p.descriptor().node_classes.contains(&kind)) {
-                Some(p) => builder = builder.burst(p.clone()),
-                None => {
-                    tracing::warn!(%object, burst = %kind, "no registered provider serves its burst NodeClass; skipped");
-                    continue;
+/// The self-managed inventory as the cluster has it now: the `SelfManagedNodeClass` objects, the BMC
+/// credentials of their machines (from the Secrets they name, in the operator's namespace) and the burst
+/// provider they name.
+struct SelfManagedInventory {
+    classes: Vec<SelfManagedNodeClass>,
+    credentials: std::collections::HashMap<String, Credentials>,
+    burst: Option<tenon_core::cloud::DynCloudProvider>,
+    /// Each class's spec, by name, as read.
+    versions: std::collections::BTreeMap<String, serde_json::Value>,
+}
+
+impl SelfManagedInventory {
+    /// Reads the classes and their Secrets. A class whose burst names no provider of `registry` is left
+    /// out, with a warning; a Secret that cannot be read fails the whole read.
+    async fn read(registry: &ProviderRegistry, client: &Client, namespace: &str) -> Result<Self> {
+        let classes = match Api::<SelfManagedNodeClass>::all(client.clone()).list(&ListParams::default()).await {
+            Ok(list) => list.items,
+            Err(kube::Error::Api(s)) if s.code == 404 => {
+                tracing::info!("the SelfManagedNodeClass CRD is not installed: the self-managed provider serves none");
+                Vec::new()
+            }
+            Err(e) => return Err(e).context("listing SelfManagedNodeClasses"),
+        };
+        let secrets = Api::<Secret>::namespaced(client.clone(), namespace);
+        let versions =
+            classes.iter().map(|c| (c.name_any(), serde_json::to_value(&c.spec).unwrap_or_default())).collect();
+        let mut inventory = Self { classes: Vec::new(), credentials: Default::default(), burst: None, versions };
+        for class in classes {
+            let object = format!("SelfManagedNodeClass/{}", class.name_any());
+            if let Some(burst) = &class.spec.burst {
+                let r = &burst.node_class_ref;
+                let kind = NodeClassKind::new(r.group.clone(), r.kind.clone());
+                match registry.providers().iter().find(|p| p.descriptor().node_classes.contains(&kind)) {
+                    Some(p) => inventory.burst = Some(p.clone()),
+                    None => {
+                        tracing::warn!(%object, burst = %kind, "no registered provider serves its burst NodeClass; skipped");
+                        continue;
+                    }
                 }
             }
+            for m in &class.spec.machines {
+                let name = &m.bmc.credentials_ref;
+                if inventory.credentials.contains_key(name) {
+                    continue;
+                }
+                let secret = secrets
+                    .get(name)
+                    .await
+                    .with_context(|| format!("{object}: spec.machines: reading Secret {namespace}/{name}"))?;
+                let field = |key: &str| -> Result<String> {
+                    let bytes = secret
+                        .data
+                        .as_ref()
+                        .and_then(|d| d.get(key))
+                        .with_context(|| format!("Secret {namespace}/{name}: data.{key} is missing"))?;
+                    String::from_utf8(bytes.0.clone())
+                        .with_context(|| format!("Secret {namespace}/{name}: data.{key} is not UTF-8"))
+                };
+                inventory.credentials.insert(name.clone(), Credentials::new(field("username")?, field("password")?));
+            }
+            inventory.classes.push(class);
         }
-        for m in &class.spec.machines {
-            let name = &m.bmc.credentials_ref;
-            if !seen.insert(name.clone()) {
+        Ok(inventory)
+    }
+}
+
+/// How soon a self-managed inventory that could not be read or applied is tried again.
+const INVENTORY_RETRY: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Reads the self-managed inventory again each time a `SelfManagedNodeClass` changes, and reloads the
+/// provider with it: machines added, removed or edited take effect without a restart (a machine a claim
+/// holds keeps its spec until it is released). An inventory that cannot be read (a missing Secret) or
+/// that fails validation leaves the provider as it was, with a warning, and is tried again. Standbys
+/// reload too, so a new leader starts from the current inventory.
+async fn reload_self_managed(
+    provider: Arc<SelfManagedProvider>,
+    registry: ProviderRegistry,
+    client: Client,
+    namespace: String,
+    mut changes: tokio::sync::watch::Receiver<()>,
+) {
+    // The value sent at start is the inventory the provider was built from.
+    changes.borrow_and_update();
+    let mut retry = false;
+    loop {
+        if retry {
+            tokio::select! {
+                changed = changes.changed() => if changed.is_err() { return },
+                _ = tokio::time::sleep(INVENTORY_RETRY) => {}
+            }
+        } else if changes.changed().await.is_err() {
+            return;
+        }
+        changes.borrow_and_update();
+        retry = true;
+        let inventory = match SelfManagedInventory::read(&registry, &client, &namespace).await {
+            Ok(i) => i,
+            Err(e) => {
+                tracing::warn!(error = format!("{e:#}"), "reading the self-managed inventory; the last one stays");
                 continue;
             }
-            let secret = secrets
-                .get(name)
-                .await
-                .with_context(|| format!("{object}: spec.machines: reading Secret {namespace}/{name}"))?;
-            let field = |key: &str| -> Result<String> {
-                let bytes = secret
-                    .data
-                    .as_ref()
-                    .and_then(|d| d.get(key))
-                    .with_context(|| format!("Secret {namespace}/{name}: data.{key} is missing"))?;
-                String::from_utf8(bytes.0.clone())
-                    .with_context(|| format!("Secret {namespace}/{name}: data.{key} is not UTF-8"))
-            };
-            builder = builder.credentials(name, &field("username")?, &field("password")?);
+        };
+        match provider.reload(inventory.classes, inventory.credentials) {
+            Ok(_) => retry = false,
+            Err(e) => tracing::warn!(error = %e, "the self-managed inventory is invalid; the last one stays"),
         }
-        builder = builder.node_class(class);
     }
-    let provider = builder.build().context("the SelfManagedNodeClass inventory")?;
-    Ok((provider, started))
 }

@@ -740,3 +740,74 @@ spec:
     assert!(templates.unwrap().launch_templates().is_empty(), "the class's launch templates are left");
     operator.finish();
 }
+
+/// A machine added to a `SelfManagedNodeClass` while tenon runs is served without a restart: the
+/// inventory is read again (its BMC Secret too) and a pod only the new machine fits is launched on it,
+/// powered on through its BMC (the Redfish emulator).
+#[test]
+fn a_machine_added_to_a_self_managed_class_is_launched_without_a_restart() {
+    let _serial = serial();
+    install_chart();
+    let var =
+        |name: &str| std::env::var(name).unwrap_or_else(|_| panic!("{name}: start the Redfish peer (scripts/test.sh)"));
+    let (endpoint, username, password) =
+        (var("TENON_REDFISH_ENDPOINT"), var("TENON_REDFISH_USERNAME"), var("TENON_REDFISH_PASSWORD"));
+    let systems = var("TENON_REDFISH_SYSTEMS");
+    let system = systems.split(',').next_back().expect("an emulated system").to_owned();
+    let id = format!("sm-{}", std::process::id());
+    let machine = |name: &str, domain: &str, system: &str| {
+        format!(
+            "  - name: {name}\n    domain: {domain}\n    bmc: {{endpoint: \"{endpoint}\", systemId: \"{system}\", credentialsRef: {id}-bmc}}\n    gpu: {{model: L4, count: 1}}\n    cpu: \"16\"\n    memory: 64Gi\n    pricePerHour: 1.5\n"
+        )
+    };
+    let class = |machines: &str| {
+        format!(
+            "apiVersion: tenon.dev/v1alpha1\nkind: SelfManagedNodeClass\nmetadata: {{name: {id}}}\nspec:\n  bootBudget: 30s\n  gracefulShutdownTimeout: 5s\n  forcedShutdownTimeout: 5s\n  machines:\n{machines}"
+        )
+    };
+    let first = machine(&format!("{id}-a"), "rack-1", "no-such-system");
+    let manifests = format!(
+        r#"apiVersion: v1
+kind: Secret
+metadata: {{name: {id}-bmc, namespace: {CHART_NAMESPACE}}}
+stringData: {{username: "{username}", password: "{password}"}}
+---
+{}
+---
+apiVersion: karpenter.sh/v1
+kind: NodePool
+metadata: {{name: {id}}}
+spec:
+  template:
+    metadata:
+      labels: {{tenon.dev/e2e: {id}}}
+    spec:
+      nodeClassRef: {{group: tenon.dev, kind: SelfManagedNodeClass, name: {id}}}
+      requirements: []
+"#,
+        class(&first)
+    ) + &namespace_and_pod(&id, r#"{cpu: "2", memory: 4Gi}"#)
+        .replace("  nodeSelector: {", "  nodeSelector: {topology.kubernetes.io/zone: rack-2, ");
+    ok(&kubectl(&["apply", "--server-side", "-f", "-"], &manifests), "applying the objects");
+    let operator = Operator::start_with(&id, &[("PROVIDERS", "self-managed"), ("DISABLE_LEADER_ELECTION", "true")]);
+    poll("/readyz", Duration::from_secs(60), || operator.get(operator.health, "/readyz").filter(|(c, _)| *c == 200));
+    // Only rack-1 is in the inventory: the pod fits nowhere, and nothing is launched for it.
+    let (_, metrics) = poll("a provisioning pass", Duration::from_secs(60), || {
+        operator
+            .get(operator.metrics, "/metrics")
+            .filter(|(_, m)| m.contains("karpenter_scheduler_scheduling_duration_seconds_count"))
+    });
+    assert!(claims_of(&id).is_empty(), "{metrics}");
+    // A machine in rack-2 joins the class: tenon reloads its inventory and launches the pod's claim on it.
+    let second = machine(&format!("{id}-b"), "rack-2", &system);
+    ok(&kubectl(&["apply", "--server-side", "-f", "-"], &class(&(first + &second))), "adding a machine");
+    let claim = poll("a claim launched on the new machine", Duration::from_secs(120), || {
+        claims_of(&id).into_iter().find(|c| has_condition(c, "Launched", "True"))
+    });
+    let pid = claim["status"]["providerID"].as_str().unwrap_or_default();
+    assert!(pid.ends_with(&format!("/{id}-b")), "{claim}");
+    clean_up(&id, &[&id]);
+    ok(&kubectl(&["delete", "selfmanagednodeclass", &id, "--wait=false"], ""), "deleting the class");
+    ok(&kubectl(&["delete", "secret", &format!("{id}-bmc"), "-n", CHART_NAMESPACE], ""), "deleting the Secret");
+    operator.finish();
+}

@@ -260,6 +260,15 @@ fn drift_replaces_a_node_whose_template_changed() {
 }
 
 #[test]
+fn karpenter_hashes_drift_only_the_claim_whose_template_changed() {
+    let d = disruption("karpenter-hashes.yaml");
+    assert_eq!(d["method"], "Drift", "{d}");
+    let drifted: Vec<&str> =
+        d["commands"].as_array().unwrap().iter().map(|c| c["candidates"][0]["nodeClaim"].as_str().unwrap()).collect();
+    assert_eq!(drifted, ["default-bbbbb"], "{d}");
+}
+
+#[test]
 fn multi_node_consolidation_folds_three_nodes_into_one() {
     let d = disruption("disrupt-multi.yaml");
     assert_eq!(d["method"], "MultiNodeConsolidation");

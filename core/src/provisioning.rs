@@ -218,6 +218,7 @@ pub fn node_claim(plan: &ClaimPlan, pool: &NodePool, name: &str) -> NodeClaim {
     claim.metadata.labels = Some(claim_labels);
     let mut annotations = template.metadata.annotations.clone();
     annotations.insert(labels::NODEPOOL_HASH.to_owned(), pool.template_hash());
+    annotations.insert(labels::NODEPOOL_HASH_VERSION.to_owned(), crate::api::TEMPLATE_HASH_VERSION.to_owned());
     claim.metadata.annotations = Some(annotations);
     claim.metadata.finalizers = Some(vec![labels::TERMINATION_FINALIZER.to_owned()]);
     // Owned by its pool, so deleting the pool cascades to its claims (a pool read from a file has no UID).

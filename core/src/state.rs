@@ -98,8 +98,35 @@ pub struct StatePod {
     pub terminal: bool,
     /// Whether it is a static (mirror) pod, owned by its node.
     pub static_pod: bool,
+    /// Whether it is being deleted (it has a deletion timestamp).
+    pub terminating: bool,
     /// When it started running, or else when it was created.
     pub started: Option<Timestamp>,
+    /// Whether provisioning may buy capacity for it, as Karpenter's `IsProvisionable` judges: see
+    /// [`provisionable`].
+    pub provisionable: bool,
+}
+
+/// Whether provisioning may buy capacity for `pod`, as Karpenter's `IsProvisionable` judges: not bound,
+/// not preempting (no `status.nominatedNodeName`), held by no `schedulingGates`, and marked by the
+/// scheduler as failed to schedule (`PodScheduled=False`, reason `Unschedulable`); a pod with no status at
+/// all (a hand-written snapshot's) counts as failed to schedule. DaemonSet and mirror pods are left out by
+/// the callers, which know them.
+pub fn provisionable(pod: &Pod) -> bool {
+    let Some(spec) = pod.spec.as_ref() else { return false };
+    if spec.node_name.is_some() || spec.scheduling_gates.as_ref().is_some_and(|g| !g.is_empty()) {
+        return false;
+    }
+    let Some(status) = pod.status.as_ref() else { return true };
+    if status.nominated_node_name.as_ref().is_some_and(|n| !n.is_empty()) {
+        return false;
+    }
+    status
+        .conditions
+        .iter()
+        .flatten()
+        .find(|c| c.type_ == "PodScheduled")
+        .is_some_and(|c| c.status == "False" && c.reason.as_deref() == Some("Unschedulable"))
 }
 
 /// An object a state is built from: borrowed (copied into the state) or shared behind an `Arc` (shared
@@ -478,7 +505,10 @@ impl ClusterState {
                 .and_then(|s| s.start_time.as_ref())
                 .or(pod.metadata.creation_timestamp.as_ref())
                 .map(|t| t.0);
-            state.pods.push(StatePod { info, terminal, static_pod, started });
+            let provisionable = !terminal && !static_pod && !info.daemon && provisionable(pod);
+            let terminating = pod.metadata.deletion_timestamp.is_some();
+            let provisionable = provisionable && !terminating;
+            state.pods.push(StatePod { info, terminal, static_pod, terminating, started, provisionable });
         }
         cache.entries = seen;
         for ds in daemon_sets {
@@ -506,9 +536,10 @@ impl ClusterState {
             .filter(|p| !p.terminal && !p.info.daemon)
     }
 
-    /// Pods that need a place: pending pods, then the pods of nodes being deleted.
+    /// Pods that need a place: the pending pods provisioning may buy for ([`provisionable`]), then the
+    /// pods of nodes being deleted.
     pub fn pods_to_place(&self) -> impl Iterator<Item = &StatePod> {
-        self.pending_pods().chain(self.evicted_pods())
+        self.pods.iter().filter(|p| p.provisionable).chain(self.evicted_pods())
     }
 
     /// Pods bound to a live node, with the node's name, for topology counts.
@@ -579,5 +610,50 @@ mod tests {
         pods.truncate(1);
         build(&pods, &mut cache);
         assert_eq!(cache.entries.len(), 1);
+    }
+
+    #[test]
+    fn only_pods_the_scheduler_failed_to_place_are_provisioned_for() {
+        let with = |name: &str, extra: serde_json::Value| {
+            let mut v = serde_json::json!({
+                "metadata": {"name": name, "namespace": "default"},
+                "spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": "1"}}}]}
+            });
+            crate::testing::merge(&mut v, extra);
+            Arc::new(serde_json::from_value::<Pod>(v).unwrap())
+        };
+        let unschedulable = serde_json::json!({"status": {"phase": "Pending", "conditions": [
+            {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]}});
+        let mut nominated = unschedulable.clone();
+        crate::testing::merge(&mut nominated, serde_json::json!({"status": {"nominatedNodeName": "n1"}}));
+        let pods = vec![
+            pod("no-status", "1"),
+            with("unschedulable", unschedulable.clone()),
+            with("gated", serde_json::json!({"spec": {"schedulingGates": [{"name": "example.com/quota"}]}})),
+            with(
+                "gated-by-status",
+                serde_json::json!({"status": {"conditions": [
+                {"type": "PodScheduled", "status": "False", "reason": "SchedulingGated"}]}}),
+            ),
+            with("preempting", nominated),
+            with("not-yet-tried", serde_json::json!({"status": {"phase": "Pending"}})),
+            with(
+                "mirror",
+                serde_json::json!({"metadata": {"ownerReferences": [
+                {"apiVersion": "v1", "kind": "Node", "name": "n1", "uid": "u"}]}}),
+            ),
+            with("daemon", {
+                let mut d = unschedulable.clone();
+                crate::testing::merge(
+                    &mut d,
+                    serde_json::json!({"metadata": {"ownerReferences": [
+                    {"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "ds", "uid": "u", "controller": true}]}}),
+                );
+                d
+            }),
+        ];
+        let state = build(&pods, &mut PodInfoCache::default());
+        let placed: Vec<&str> = state.pods_to_place().map(|p| p.info.key.as_str()).collect();
+        assert_eq!(placed, ["default/no-status", "default/unschedulable"]);
     }
 }

@@ -7,7 +7,8 @@
 //! reclaims the cloud node once an owned machine frees up.
 //!
 //! - [`inventory`]: the NodeClass and its machines, parsed from YAML with errors naming the field.
-//! - [`SelfManagedProvider`]: the state machine behind [`tenon_core::cloud::CloudProvider`].
+//! - [`SelfManagedProvider`]: the state machine behind [`tenon_core::cloud::CloudProvider`]; its inventory
+//!   can be replaced while it runs ([`SelfManagedProvider::reload`]).
 //! - [`Bmc`]: the seam to the machines' BMCs: [`RedfishClient`] over HTTP(S), [`InMemoryBmc`] for
 //!   virtual-time tests.
 #![warn(missing_docs)]
@@ -20,7 +21,7 @@ mod redfish;
 pub use bmc::{Bmc, BmcError, BmcErrorKind, BmcTarget, InMemoryBmc, PowerState, ResetType};
 pub use inventory::{SelfManagedNodeClass, SelfManagedNodeClassSpec, parse_node_class};
 pub use provider::{
-    Adopted, BURST_LEASE_REASON, Credentials, MachinePhase, MachineStatus, PROVIDER_ID_SCHEME, PROVIDER_NAME,
+    Adopted, BURST_LEASE_REASON, Credentials, MachinePhase, MachineStatus, PROVIDER_ID_SCHEME, PROVIDER_NAME, Reloaded,
     SelfManagedProvider, SelfManagedProviderBuilder, provider_id,
 };
 pub use redfish::{DEFAULT_REQUEST_TIMEOUT, RedfishClient};

@@ -4,9 +4,13 @@
 //! Calls never wait for a machine: `create` claims a machine and sends one power action, and later `get`,
 //! `list` and `delete` calls read the BMC's power state and move the machine on, measuring every deadline
 //! (boot budget, graceful → forced power-off) on tenon's clock.
+//!
+//! The inventory is live: [`SelfManagedProvider::reload`] replaces the machines, the NodeClasses'
+//! policies and the BMC credentials. A held machine keeps its spec until its claim releases it.
 
-use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::fmt;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -93,9 +97,74 @@ pub struct Credentials {
     pub password: String,
 }
 
-impl std::fmt::Debug for Credentials {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+impl Credentials {
+    /// Credentials logging in as `username` with `password`.
+    pub fn new(username: impl Into<String>, password: impl Into<String>) -> Self {
+        Self { username: username.into(), password: password.into() }
+    }
+}
+
+impl fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Credentials").field("username", &self.username).field("password", &"<redacted>").finish()
+    }
+}
+
+/// What [`SelfManagedProvider::reload`] changed. Machines are named by their inventory name, in
+/// inventory order (removed ones in the order the provider had them).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Reloaded {
+    /// Machines new to the inventory; they joined the pool free.
+    pub added: Vec<String>,
+    /// Free or quarantined machines no longer in the inventory; they were dropped.
+    pub removed: Vec<String>,
+    /// Free or quarantined machines whose spec changed; the new spec applies now (a quarantined machine
+    /// stays quarantined).
+    pub updated: Vec<String>,
+    /// Machines held by a claim whose pending change this reload set or altered: a new spec, a removal,
+    /// or a return to the spec they run with. It takes effect when the claim releases the machine.
+    pub deferred: Vec<String>,
+    /// NodeClasses added, removed, or whose policies (timeouts, failures, PXE, reimage, burst) changed.
+    pub node_classes: Vec<String>,
+    /// Names of BMC credentials added, removed or changed.
+    pub credentials: Vec<String>,
+}
+
+impl Reloaded {
+    /// Whether the reload changed nothing.
+    pub fn is_empty(&self) -> bool {
+        self.added.is_empty()
+            && self.removed.is_empty()
+            && self.updated.is_empty()
+            && self.deferred.is_empty()
+            && self.node_classes.is_empty()
+            && self.credentials.is_empty()
+    }
+}
+
+/// A one-line summary, e.g. `added: m5; deferred until release: m2`; `no change` when empty.
+impl fmt::Display for Reloaded {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let parts = [
+            ("added", &self.added),
+            ("removed", &self.removed),
+            ("updated", &self.updated),
+            ("deferred until release", &self.deferred),
+            ("NodeClasses changed", &self.node_classes),
+            ("credentials changed", &self.credentials),
+        ];
+        let mut first = true;
+        for (what, names) in parts.into_iter().filter(|(_, names)| !names.is_empty()) {
+            if !first {
+                f.write_str("; ")?;
+            }
+            first = false;
+            write!(f, "{what}: {}", names.join(", "))?;
+        }
+        if first {
+            f.write_str("no change")?;
+        }
+        Ok(())
     }
 }
 
@@ -121,6 +190,9 @@ struct Hold {
     node_pool: Option<String>,
     launched_at: Timestamp,
     power: Power,
+    /// The credentials the machine logged in with when a reload stopped giving them; it keeps using them
+    /// until released.
+    kept_credentials: Option<Credentials>,
 }
 
 impl Hold {
@@ -131,6 +203,7 @@ impl Hold {
             node_pool: claim.node_pool().map(str::to_owned),
             launched_at,
             power,
+            kept_credentials: None,
         }
     }
 }
@@ -147,12 +220,45 @@ enum Phase {
     Quarantined(String),
 }
 
+/// What happens to a held machine when its claim releases it, after a reload changed it.
+#[derive(Debug, Clone, PartialEq)]
+enum Pending {
+    /// It takes this spec.
+    Spec(Box<Machine>),
+    /// It is dropped: it is no longer in the inventory.
+    Removal,
+}
+
 #[derive(Debug)]
 struct Slot {
     machine: Machine,
     phase: Phase,
     failures: u32,
     quarantine_on_release: bool,
+    /// Set only while the machine is held.
+    pending: Option<Pending>,
+}
+
+impl Slot {
+    fn free(machine: Machine) -> Self {
+        Self { machine, phase: Phase::Free, failures: 0, quarantine_on_release: false, pending: None }
+    }
+
+    /// The spec the machine has once its claim releases it; `None` when it is then dropped.
+    fn returns_as(&self) -> Option<&Machine> {
+        match &self.pending {
+            None => Some(&self.machine),
+            Some(Pending::Spec(m)) => Some(m),
+            Some(Pending::Removal) => None,
+        }
+    }
+
+    /// Whether the machine is held and powering off, and returns to the pool in the same offering.
+    fn coming_back(&self) -> bool {
+        let offering = |m: &Machine| (m.node_class.clone(), m.class.clone(), m.domain.clone());
+        matches!(&self.phase, Phase::Held(h) if matches!(h.power, Power::Stopping { .. }))
+            && self.returns_as().is_some_and(|m| offering(m) == offering(&self.machine))
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -166,6 +272,75 @@ struct BurstHold {
 struct State {
     slots: Vec<Slot>,
     burst: HashMap<String, BurstHold>,
+}
+
+impl State {
+    /// The slot of the machine named `machine`. Slots move when the inventory is reloaded, so a call
+    /// that let go of the lock finds its machine again by name.
+    fn index_of(&self, machine: &str) -> Option<usize> {
+        self.slots.iter().position(|s| s.machine.name == machine)
+    }
+}
+
+/// The inventory's live policies and credentials, replaced as a whole by a reload.
+#[derive(Debug, Default)]
+struct Config {
+    /// The policies of the NodeClasses served, by name.
+    policies: BTreeMap<String, Policy>,
+    /// The last policies of NodeClasses no longer served whose machines or burst instances are still
+    /// held, so those keep working until released.
+    retired: BTreeMap<String, Policy>,
+    /// BMC credentials by name.
+    credentials: HashMap<String, Credentials>,
+}
+
+impl Config {
+    fn policy(&self, node_class: &str) -> Option<&Policy> {
+        self.policies.get(node_class).or_else(|| self.retired.get(node_class))
+    }
+}
+
+/// A validated inventory: its machines, in order, and the policy of each NodeClass.
+struct Inventory {
+    machines: Vec<Machine>,
+    policies: BTreeMap<String, Policy>,
+}
+
+/// Validates `classes` as one inventory: each class on its own ([`SelfManagedNodeClass::resolve`]), no
+/// NodeClass listed twice, no machine in two NodeClasses, and every `spec.burst` served by `burst`.
+fn validate(classes: &[SelfManagedNodeClass], burst: Option<&DynCloudProvider>) -> Result<Inventory, InventoryError> {
+    let err =
+        |object: String, field: &str, message: String| InventoryError { object, field: field.to_owned(), message };
+    let mut policies = BTreeMap::new();
+    let mut machines: Vec<Machine> = Vec::new();
+    let mut names = BTreeSet::new();
+    for class in classes {
+        let object = format!("{KIND}/{}", class.class_name());
+        let resolved = class.resolve()?;
+        let policy = class.policy();
+        if let Some((r, _)) = &policy.burst {
+            let served = burst.is_some_and(|b| {
+                b.descriptor().node_classes.contains(&NodeClassKind::new(r.group.clone(), r.kind.clone()))
+            });
+            if !served {
+                return Err(err(
+                    object,
+                    "spec.burst.nodeClassRef",
+                    format!("no burst provider serving {}/{} was configured", r.group, r.kind),
+                ));
+            }
+        }
+        if policies.insert(class.class_name().to_owned(), policy).is_some() {
+            return Err(err(object, "metadata.name", "the NodeClass is listed twice".into()));
+        }
+        for m in resolved {
+            if !names.insert(m.name.clone()) {
+                return Err(err(object, "spec.machines", format!("machine {:?} is in two NodeClasses", m.name)));
+            }
+            machines.push(m);
+        }
+    }
+    Ok(Inventory { machines, policies })
 }
 
 /// Builds a [`SelfManagedProvider`].
@@ -187,8 +362,7 @@ impl SelfManagedProviderBuilder {
 
     /// Adds BMC credentials under `name` (a machine's `bmc.credentialsRef`).
     pub fn credentials(mut self, name: &str, username: &str, password: &str) -> Self {
-        self.credentials
-            .insert(name.to_owned(), Credentials { username: username.to_owned(), password: password.to_owned() });
+        self.credentials.insert(name.to_owned(), Credentials::new(username, password));
         self
     }
 
@@ -212,46 +386,21 @@ impl SelfManagedProviderBuilder {
 
     /// Validates the inventory and builds the provider.
     pub fn build(self) -> Result<SelfManagedProvider, InventoryError> {
-        let err =
-            |object: String, field: &str, message: String| InventoryError { object, field: field.to_owned(), message };
         let Some(bmc) = self.bmc else {
-            return Err(err(KIND.into(), "", "the provider needs a BMC client".into()));
+            return Err(InventoryError {
+                object: KIND.into(),
+                field: String::new(),
+                message: "the provider needs a BMC client".into(),
+            });
         };
-        let mut policies = BTreeMap::new();
-        let mut slots: Vec<Slot> = Vec::new();
-        for class in &self.classes {
-            let object = format!("{KIND}/{}", class.class_name());
-            let machines = class.resolve()?;
-            let policy = class.policy();
-            if let Some((r, _)) = &policy.burst {
-                let served = self.burst.as_ref().is_some_and(|b| {
-                    b.descriptor().node_classes.contains(&NodeClassKind::new(r.group.clone(), r.kind.clone()))
-                });
-                if !served {
-                    return Err(err(
-                        object,
-                        "spec.burst.nodeClassRef",
-                        format!("no burst provider serving {}/{} was configured", r.group, r.kind),
-                    ));
-                }
-            }
-            if policies.insert(class.class_name().to_owned(), policy).is_some() {
-                return Err(err(object, "metadata.name", "the NodeClass is listed twice".into()));
-            }
-            for m in machines {
-                if slots.iter().any(|s| s.machine.name == m.name) {
-                    return Err(err(object, "spec.machines", format!("machine {:?} is in two NodeClasses", m.name)));
-                }
-                slots.push(Slot { machine: m, phase: Phase::Free, failures: 0, quarantine_on_release: false });
-            }
-        }
+        let Inventory { machines, policies } = validate(&self.classes, self.burst.as_ref())?;
+        let config = Config { policies, credentials: self.credentials, ..Config::default() };
         Ok(SelfManagedProvider {
             bmc,
             clock: self.clock,
             burst: self.burst,
-            policies,
-            credentials: self.credentials,
-            state: Mutex::new(State { slots, burst: HashMap::new() }),
+            config: RwLock::new(Arc::new(config)),
+            state: Mutex::new(State { slots: machines.into_iter().map(Slot::free).collect(), burst: HashMap::new() }),
         })
     }
 }
@@ -263,8 +412,9 @@ pub struct SelfManagedProvider {
     bmc: Arc<dyn Bmc>,
     clock: SharedClock,
     burst: Option<DynCloudProvider>,
-    policies: BTreeMap<String, Policy>,
-    credentials: HashMap<String, Credentials>,
+    /// The live policies and credentials. Lock order: `state`, then `config`; `config` is only held to
+    /// read or swap the `Arc`.
+    config: RwLock<Arc<Config>>,
     state: Mutex<State>,
 }
 
@@ -301,8 +451,14 @@ impl SelfManagedProvider {
         self.clock.now()
     }
 
-    /// The policy of `node_class`; the defaults for a class the provider was not built with.
-    fn policy(&self, node_class: &str) -> &Policy {
+    /// The current policies and credentials.
+    fn config(&self) -> Arc<Config> {
+        self.config.read().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
+    /// The current policy of `node_class` (the last one of a class no longer served whose machines are
+    /// still held); the defaults for a class the provider does not know.
+    fn policy(&self, node_class: &str) -> Policy {
         static DEFAULT: Policy = Policy {
             boot_budget: inventory::DEFAULT_BOOT_BUDGET,
             graceful_shutdown_timeout: inventory::DEFAULT_GRACEFUL_SHUTDOWN_TIMEOUT,
@@ -312,7 +468,7 @@ impl SelfManagedProvider {
             reimage_on_release: false,
             burst: None,
         };
-        self.policies.get(node_class).unwrap_or(&DEFAULT)
+        self.config().policy(node_class).unwrap_or(&DEFAULT).clone()
     }
 
     /// Every machine's state.
@@ -417,8 +573,109 @@ impl SelfManagedProvider {
         }
     }
 
-    fn target(&self, m: &Machine) -> Result<BmcTarget, CloudError> {
-        let c = self.credentials.get(&m.bmc.credentials_ref).ok_or_else(|| {
+    /// Replaces the inventory with `classes` and the BMC credentials with `credentials` (keyed by a
+    /// machine's `bmc.credentialsRef`, as [`SelfManagedProviderBuilder::credentials`] takes them), without
+    /// a restart.
+    ///
+    /// The new inventory is validated as [`SelfManagedProviderBuilder::build`] validates it, against the
+    /// burst provider given to the builder; on an error nothing changes. Machines are matched by name:
+    ///
+    /// - a free or quarantined machine takes its new spec at once (a quarantined one stays
+    ///   quarantined), and is dropped at once when it left the inventory;
+    /// - a machine held by a claim (launching, running or powering off) keeps its spec and state until
+    ///   the claim releases it; then its new spec applies, or, when it left the inventory, it is dropped
+    ///   instead of returning to the pool;
+    /// - a new machine joins the pool free.
+    ///
+    /// The NodeClasses' policies and the credentials are replaced at once, for held machines too. A
+    /// NodeClass no longer listed is no longer served for new launches; its held machines and burst
+    /// instances keep its last policy, and held machines keep credentials no longer given, until they are
+    /// released. Instance types and offerings follow the new inventory from the next call.
+    pub fn reload(
+        &self,
+        classes: Vec<SelfManagedNodeClass>,
+        credentials: HashMap<String, Credentials>,
+    ) -> Result<Reloaded, InventoryError> {
+        let Inventory { machines, policies } = validate(&classes, self.burst.as_ref())?;
+        let mut reloaded = Reloaded::default();
+        let mut st = self.state();
+
+        let order: Vec<String> = st.slots.iter().map(|s| s.machine.name.clone()).collect();
+        let mut old: HashMap<String, Slot> = st.slots.drain(..).map(|s| (s.machine.name.clone(), s)).collect();
+        let mut slots = Vec::with_capacity(machines.len());
+        for m in machines {
+            let Some(mut slot) = old.remove(&m.name) else {
+                reloaded.added.push(m.name.clone());
+                slots.push(Slot::free(m));
+                continue;
+            };
+            if matches!(slot.phase, Phase::Held(_)) {
+                let pending = (slot.machine != m).then(|| Pending::Spec(Box::new(m)));
+                if slot.pending != pending {
+                    reloaded.deferred.push(slot.machine.name.clone());
+                    slot.pending = pending;
+                }
+            } else if slot.machine != m {
+                reloaded.updated.push(m.name.clone());
+                slot.machine = m;
+            }
+            slots.push(slot);
+        }
+        // What left the inventory: dropped now, or when its claim releases it.
+        for name in order {
+            let Some(mut slot) = old.remove(&name) else { continue };
+            if matches!(slot.phase, Phase::Held(_)) {
+                if slot.pending != Some(Pending::Removal) {
+                    reloaded.deferred.push(name);
+                    slot.pending = Some(Pending::Removal);
+                }
+                slots.push(slot);
+            } else {
+                reloaded.removed.push(name);
+            }
+        }
+        st.slots = slots;
+
+        let previous = self.config();
+        let classes: BTreeSet<&String> = previous.policies.keys().chain(policies.keys()).collect();
+        reloaded.node_classes =
+            classes.into_iter().filter(|c| previous.policies.get(*c) != policies.get(*c)).cloned().collect();
+        let names: BTreeSet<&String> = previous.credentials.keys().chain(credentials.keys()).collect();
+        reloaded.credentials =
+            names.into_iter().filter(|n| previous.credentials.get(*n) != credentials.get(*n)).cloned().collect();
+        // What held machines and burst instances still need of what is gone.
+        let held = st.slots.iter().filter(|s| matches!(s.phase, Phase::Held(_))).map(|s| s.machine.node_class.as_str());
+        let in_use: BTreeSet<&str> = held.chain(st.burst.values().map(|b| b.node_class.as_str())).collect();
+        let retired = in_use
+            .into_iter()
+            .filter(|c| !policies.contains_key(*c))
+            .filter_map(|c| previous.policy(c).map(|p| (c.to_owned(), p.clone())))
+            .collect();
+        for slot in &mut st.slots {
+            if let Phase::Held(h) = &mut slot.phase {
+                let name = &slot.machine.bmc.credentials_ref;
+                h.kept_credentials = if credentials.contains_key(name) {
+                    None
+                } else {
+                    previous.credentials.get(name).cloned().or_else(|| h.kept_credentials.take())
+                };
+            }
+        }
+        *self.config.write().unwrap_or_else(PoisonError::into_inner) =
+            Arc::new(Config { policies, retired, credentials });
+        drop(st);
+
+        if !reloaded.is_empty() {
+            tracing::info!("inventory reloaded: {reloaded}");
+        }
+        Ok(reloaded)
+    }
+
+    /// How to reach `m`'s BMC: with the credentials its `credentialsRef` names, or, for a held machine
+    /// whose credentials a reload stopped giving, with those its hold `kept`.
+    fn target(&self, m: &Machine, kept: Option<&Credentials>) -> Result<BmcTarget, CloudError> {
+        let config = self.config();
+        let c = config.credentials.get(&m.bmc.credentials_ref).or(kept).ok_or_else(|| {
             CloudError::NodeClassNotReady(format!(
                 "{KIND}/{}: machine {}: BMC credentials {:?} are not available",
                 m.node_class, m.name, m.bmc.credentials_ref
@@ -480,7 +737,7 @@ impl SelfManagedProvider {
     fn node_class_for(&self, r: Option<&NodeClassRef>, object: &str) -> Result<String, CloudError> {
         match r {
             Some(r) if r.group == GROUP && r.kind == KIND => {
-                if self.policies.contains_key(&r.name) {
+                if self.config().policies.contains_key(&r.name) {
                     Ok(r.name.clone())
                 } else {
                     Err(CloudError::NodeClassNotReady(format!("{object}: {KIND}/{} is not in the inventory", r.name)))
@@ -490,7 +747,7 @@ impl SelfManagedProvider {
                 "{object}: provider {PROVIDER_NAME} does not serve {}/{}",
                 r.group, r.kind
             ))),
-            None => match self.policies.keys().collect::<Vec<_>>().as_slice() {
+            None => match self.config().policies.keys().collect::<Vec<_>>().as_slice() {
                 [only] => Ok((*only).clone()),
                 _ => Err(CloudError::NodeClassNotReady(format!("{object}: names no {KIND} and several exist"))),
             },
@@ -503,8 +760,11 @@ impl SelfManagedProvider {
         st.slots.iter().position(|s| s.machine.node_class == class && s.machine.name == name)
     }
 
-    /// Returns a machine to the pool, or quarantines it when it failed too often.
-    fn release(&self, slot: &mut Slot, reason: Option<String>) {
+    /// Returns the machine in slot `index` to the pool, or quarantines it when it failed too often. A
+    /// change a reload left pending applies now: the machine takes its new spec, or, when it is no longer
+    /// in the inventory, it is dropped.
+    fn release(&self, st: &mut State, index: usize, reason: Option<String>) {
+        let Some(slot) = st.slots.get_mut(index) else { return };
         let policy = self.policy(&slot.machine.node_class);
         if let Some(r) = reason {
             tracing::warn!(machine = %slot.machine.name, reason = %r, "quarantining machine");
@@ -516,14 +776,25 @@ impl SelfManagedProvider {
         } else {
             slot.phase = Phase::Free;
         }
+        match slot.pending.take() {
+            None => {}
+            Some(Pending::Spec(m)) => {
+                tracing::info!(machine = %slot.machine.name, "released: its new spec applies");
+                slot.machine = *m;
+            }
+            Some(Pending::Removal) => {
+                tracing::info!(machine = %slot.machine.name, "released: dropped, as it left the inventory");
+                st.slots.remove(index);
+            }
+        }
     }
 
     /// Reads a held machine's power state and moves it on. `None` when the claim lost the machine (a boot
     /// past its budget, a machine that went dark).
-    async fn observe(&self, index: usize) -> Option<Instance> {
+    async fn observe(&self, name: String) -> Option<Instance> {
         let (machine, hold) = {
             let st = self.state();
-            let slot = st.slots.get(index)?;
+            let slot = st.slots.get(st.index_of(&name)?)?;
             match &slot.phase {
                 Phase::Held(h) => (slot.machine.clone(), h.clone()),
                 _ => return None,
@@ -532,13 +803,14 @@ impl SelfManagedProvider {
         if matches!(hold.power, Power::Stopping { .. }) {
             return Some(Self::instance(&machine, &hold));
         }
-        let read = match self.target(&machine) {
+        let read = match self.target(&machine, hold.kept_credentials.as_ref()) {
             Ok(t) => self.bmc.power_state(&t).await.map_err(|e| e.to_string()),
             Err(e) => Err(e.to_string()),
         };
         let now = self.now();
         let policy = self.policy(&machine.node_class);
         let mut st = self.state();
+        let index = st.index_of(&name)?;
         let slot = st.slots.get_mut(index)?;
         let Phase::Held(h) = &mut slot.phase else { return None };
         if h.uid != hold.uid || h.power != hold.power {
@@ -559,13 +831,13 @@ impl SelfManagedProvider {
                 );
                 tracing::warn!(machine = %slot.machine.name, claim = %h.claim, %reason, "boot failed");
                 slot.failures += 1;
-                self.release(slot, Some(reason));
+                self.release(&mut st, index, Some(reason));
                 return None;
             }
             (Power::Running, Ok(PowerState::Off)) => {
                 tracing::warn!(machine = %slot.machine.name, claim = %h.claim, "machine lost power");
                 slot.failures += 1;
-                self.release(slot, None);
+                self.release(&mut st, index, None);
                 return None;
             }
             (Power::Running, Err(e)) => {
@@ -589,6 +861,25 @@ impl SelfManagedProvider {
         p
     }
 
+    /// Whether `claim` on `node_class` could use the machine `m`, whatever its state.
+    fn fits(m: &Machine, node_class: &str, claim: &NodeClaim, requests: &Resources) -> bool {
+        if m.node_class != node_class || !requests.fits(&m.capacity) {
+            return false;
+        }
+        // The machine's own labels count: a claim asking for `rack In [r1]` must not get a machine
+        // labelled `rack: r2` just because its class leaves the rack open.
+        let it = InstanceType {
+            name: m.class.clone(),
+            labels: m.node_labels(),
+            capacity: m.capacity,
+            overhead: Default::default(),
+            offerings: Vec::new(),
+        };
+        let mut offering = Offering::new(m.domain.clone(), CapacityType::Reserved, 0.0);
+        offering.reservation_id = Some(crate::inventory::reservation_id(&m.node_class, &m.class, &m.domain));
+        it.offering_meets(&offering, &claim.spec.requirements)
+    }
+
     /// Owned offerings `claim` could use, whatever their machines' state.
     fn owned_candidates<'a>(
         st: &'a State,
@@ -596,27 +887,7 @@ impl SelfManagedProvider {
         claim: &NodeClaim,
         requests: &Resources,
     ) -> Vec<(usize, &'a Slot)> {
-        st.slots
-            .iter()
-            .enumerate()
-            .filter(|(_, s)| s.machine.node_class == node_class)
-            .filter(|(_, s)| requests.fits(&s.machine.capacity))
-            .filter(|(_, s)| {
-                // The machine's own labels count: a claim asking for `rack In [r1]` must not get a
-                // machine labelled `rack: r2` just because its class leaves the rack open.
-                let it = InstanceType {
-                    name: s.machine.class.clone(),
-                    labels: s.machine.node_labels(),
-                    capacity: s.machine.capacity,
-                    overhead: Default::default(),
-                    offerings: Vec::new(),
-                };
-                let mut offering = Offering::new(s.machine.domain.clone(), CapacityType::Reserved, 0.0);
-                offering.reservation_id =
-                    Some(crate::inventory::reservation_id(&s.machine.node_class, &s.machine.class, &s.machine.domain));
-                it.offering_meets(&offering, &claim.spec.requirements)
-            })
-            .collect()
+        st.slots.iter().enumerate().filter(|(_, s)| Self::fits(&s.machine, node_class, claim, requests)).collect()
     }
 
     async fn create_burst(
@@ -684,10 +955,11 @@ impl SelfManagedProvider {
         let burst = self.burst.clone()?;
         let hold = self.state().burst.get(pid).cloned();
         let class = hold.as_ref().map(|h| h.node_class.clone());
+        let config = self.config();
         let r = class
             .as_deref()
-            .and_then(|c| self.policies.get(c))
-            .or_else(|| self.policies.values().find(|p| p.burst.is_some()))
+            .and_then(|c| config.policy(c))
+            .or_else(|| config.policies.values().find(|p| p.burst.is_some()))
             .and_then(|p| p.burst.clone())
             .map(|(r, _)| r)?;
         Some((burst, r, hold))
@@ -701,7 +973,7 @@ enum Claimed {
     /// The claim already burst to this cloud instance.
     Burst(String),
     /// A free machine was claimed.
-    Machine(usize, Machine),
+    Machine(Machine),
     /// No machine is free, but some are powering off.
     Deferred { coming: usize, left: Duration },
     /// Nothing free or coming; the owned offerings the claim could use.
@@ -742,12 +1014,15 @@ impl SelfManagedProvider {
         if let Some(i) = free {
             let slot = &mut st.slots[i];
             slot.phase = Phase::Held(Hold::new(claim, now, Power::Starting { requested_at: now }));
-            return Claimed::Machine(i, slot.machine.clone());
+            return Claimed::Machine(slot.machine.clone());
         }
-        // Machines powering off will be free shortly: "not yet", not a failure.
-        let coming: Vec<Duration> = candidates
+        // Machines powering off will be free shortly: "not yet", not a failure. Each counts as the spec it
+        // returns to the pool with; one leaving the inventory does not come back.
+        let coming: Vec<Duration> = st
+            .slots
             .iter()
-            .filter_map(|(_, s)| match &s.phase {
+            .filter(|s| s.returns_as().is_some_and(|m| Self::fits(m, node_class, claim, requests)))
+            .filter_map(|s| match &s.phase {
                 Phase::Held(Hold { power: Power::Stopping { since, .. }, .. }) => {
                     let p = this.policy(&s.machine.node_class);
                     let deadline = p.graceful_shutdown_timeout + p.forced_shutdown_timeout;
@@ -794,12 +1069,15 @@ impl CloudProvider for SelfManagedProvider {
         let node_class = self.node_class_for(pool.spec.template.spec.node_class_ref.as_ref(), &object)?;
         let mut types = {
             let st = self.state();
-            inventory::instance_types(st.slots.iter().filter(|s| s.machine.node_class == node_class).map(|s| {
-                let coming = matches!(&s.phase, Phase::Held(h) if matches!(h.power, Power::Stopping { .. }));
-                (&s.machine, s.phase == Phase::Free, coming)
-            }))
+            inventory::instance_types(
+                st.slots
+                    .iter()
+                    .filter(|s| s.machine.node_class == node_class)
+                    .map(|s| (&s.machine, s.phase == Phase::Free, s.coming_back())),
+            )
         };
-        if let (Some(burst), Some((r, _))) = (&self.burst, &self.policy(&node_class).burst) {
+        let policy = self.policy(&node_class);
+        if let (Some(burst), Some((r, _))) = (&self.burst, &policy.burst) {
             match burst.instance_types(&Self::burst_pool(pool, r)).await {
                 Ok(cloud) => {
                     for mut it in cloud {
@@ -833,7 +1111,7 @@ impl CloudProvider for SelfManagedProvider {
             let mut st = self.state();
             Self::claim_machine(&mut st, self, claim, options, &node_class, &uid, &requests, now)
         };
-        let (index, machine) = match decision {
+        let machine = match decision {
             Claimed::Existing(i) => return Ok(i),
             // Already burst for this claim: the instance as `get` reports a burst instance.
             Claimed::Burst(pid) => return self.get(&pid).await,
@@ -845,12 +1123,12 @@ impl CloudProvider for SelfManagedProvider {
                 });
             }
             Claimed::Exhausted(owned) => return self.create_burst(claim, options, &node_class, owned).await,
-            Claimed::Machine(index, machine) => (index, machine),
+            Claimed::Machine(machine) => machine,
         };
 
         // One-time PXE boot, then power on; progress is observed by later calls.
         let result = async {
-            let target = self.target(&machine)?;
+            let target = self.target(&machine, None)?;
             if policy.pxe_boot {
                 self.bmc.set_pxe_boot_once(&target).await.map_err(|e| Self::bmc_error(&machine, &e, true))?;
             }
@@ -858,12 +1136,12 @@ impl CloudProvider for SelfManagedProvider {
         }
         .await;
         let mut st = self.state();
-        let slot = &mut st.slots[index];
+        let held = st.index_of(&machine.name).filter(|&i| matches!(&st.slots[i].phase, Phase::Held(h) if h.uid == uid));
         match result {
             Ok(()) => {
                 tracing::info!(claim = claim.name(), machine = %machine.name, "powering on");
-                match &slot.phase {
-                    Phase::Held(h) if h.uid == uid => Ok(Self::instance(&slot.machine, h)),
+                match held.map(|i| &st.slots[i]) {
+                    Some(Slot { machine, phase: Phase::Held(h), .. }) => Ok(Self::instance(machine, h)),
                     _ => Err(CloudError::Create {
                         reason: "MachineLost".into(),
                         message: format!("{object}: machine {} was released while powering on", machine.name),
@@ -871,11 +1149,11 @@ impl CloudProvider for SelfManagedProvider {
                 }
             }
             Err(e) => {
-                if matches!(&slot.phase, Phase::Held(h) if h.uid == uid) {
+                if let Some(index) = held {
                     if !matches!(e, CloudError::NodeClassNotReady(_)) {
-                        slot.failures += 1;
+                        st.slots[index].failures += 1;
                     }
-                    self.release(slot, None);
+                    self.release(&mut st, index, None);
                 }
                 Err(e)
             }
@@ -895,7 +1173,7 @@ impl CloudProvider for SelfManagedProvider {
             return result;
         }
         let now = self.now();
-        let (index, machine, power) = {
+        let (machine, power, kept) = {
             let mut st = self.state();
             let Some(index) = Self::slot_index(&st, &pid) else { return Err(CloudError::NotFound(pid)) };
             let slot = &mut st.slots[index];
@@ -918,11 +1196,11 @@ impl CloudProvider for SelfManagedProvider {
                     h.power = Power::Stopping { since: now, starting_since: None, graceful_sent: None, forced: None }
                 }
             }
-            (index, slot.machine.clone(), h.power)
+            (slot.machine.clone(), h.power, h.kept_credentials.clone())
         };
         let Power::Stopping { since, starting_since, graceful_sent, forced } = power else { return Ok(()) };
         let policy = self.policy(&machine.node_class);
-        let target = self.target(&machine)?;
+        let target = self.target(&machine, kept.as_ref())?;
         let read = self.bmc.power_state(&target).await;
         let step = match &read {
             Err(e) => {
@@ -958,7 +1236,8 @@ impl CloudProvider for SelfManagedProvider {
                 self.bmc.reset(&target, reset).await.map_err(|e| Self::bmc_error(&machine, &e, false))?;
                 tracing::info!(machine = %machine.name, reset = reset.as_str(), "powering off");
                 let mut st = self.state();
-                if let Phase::Held(h) = &mut st.slots[index].phase
+                if let Some(index) = st.index_of(&machine.name)
+                    && let Phase::Held(h) = &mut st.slots[index].phase
                     && let Power::Stopping { graceful_sent, forced, .. } = &mut h.power
                 {
                     match reset {
@@ -980,8 +1259,10 @@ impl CloudProvider for SelfManagedProvider {
                     }
                 }
                 let mut st = self.state();
-                let slot = &mut st.slots[index];
-                if matches!(&slot.phase, Phase::Held(h) if matches!(h.power, Power::Stopping { .. })) {
+                if let Some(index) = st.index_of(&machine.name)
+                    && matches!(&st.slots[index].phase, Phase::Held(h) if matches!(h.power, Power::Stopping { .. }))
+                {
+                    let slot = &mut st.slots[index];
                     if reason.is_some() {
                         slot.failures += 1;
                     }
@@ -989,8 +1270,8 @@ impl CloudProvider for SelfManagedProvider {
                         // It never came on within its boot budget.
                         slot.failures += 1;
                     }
-                    self.release(slot, reason);
                     tracing::info!(machine = %machine.name, "returned to the pool");
+                    self.release(&mut st, index, reason);
                 }
                 Err(CloudError::NotFound(pid))
             }
@@ -1006,30 +1287,28 @@ impl CloudProvider for SelfManagedProvider {
             i.lease = hold.map(|h| h.lease);
             return Ok(i);
         }
-        let index = Self::slot_index(&self.state(), provider_id);
-        match index {
-            Some(i) => self.observe(i).await.ok_or_else(|| CloudError::NotFound(provider_id.to_owned())),
+        let name = {
+            let st = self.state();
+            Self::slot_index(&st, provider_id).map(|i| st.slots[i].machine.name.clone())
+        };
+        match name {
+            Some(name) => self.observe(name).await.ok_or_else(|| CloudError::NotFound(provider_id.to_owned())),
             None => Err(CloudError::NotFound(provider_id.to_owned())),
         }
     }
 
     async fn list(&self) -> Result<Vec<Instance>, CloudError> {
-        let (held, burst): (Vec<usize>, Vec<String>) = {
+        let (held, burst): (Vec<String>, Vec<String>) = {
             let st = self.state();
             (
-                st.slots
-                    .iter()
-                    .enumerate()
-                    .filter(|(_, s)| matches!(s.phase, Phase::Held(_)))
-                    .map(|(i, _)| i)
-                    .collect(),
+                st.slots.iter().filter(|s| matches!(s.phase, Phase::Held(_))).map(|s| s.machine.name.clone()).collect(),
                 st.burst.keys().cloned().collect(),
             )
         };
         // The BMCs are read side by side, a few at a time: one that does not answer costs its timeout
         // once, not once per machine behind it.
         let observed: Vec<Option<Instance>> =
-            stream::iter(held).map(|i| self.observe(i)).buffered(CONCURRENT_BMC_READS).collect().await;
+            stream::iter(held).map(|name| self.observe(name)).buffered(CONCURRENT_BMC_READS).collect().await;
         let mut out: Vec<Instance> = observed.into_iter().flatten().collect();
         for pid in burst {
             match self.get(&pid).await {
@@ -1066,7 +1345,7 @@ impl CloudProvider for SelfManagedProvider {
             return burst.reboot(&self.burst_claim(claim, &r)).await;
         }
         let now = self.now();
-        let machine = {
+        let (machine, kept) = {
             let mut st = self.state();
             let Some(index) = Self::slot_index(&st, &pid) else { return Err(CloudError::NotFound(pid)) };
             let slot = &mut st.slots[index];
@@ -1088,11 +1367,14 @@ impl CloudProvider for SelfManagedProvider {
                 ));
             }
             h.power = Power::Starting { requested_at: now };
-            slot.machine.clone()
+            (slot.machine.clone(), h.kept_credentials.clone())
         };
-        let target = self.target(&machine)?;
+        let target = self.target(&machine, kept.as_ref())?;
         self.bmc.reset(&target, ResetType::ForceRestart).await.map_err(|e| Self::bmc_error(&machine, &e, false))?;
         tracing::info!(machine = %machine.name, claim = claim.name(), "rebooting for repair");
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -494,6 +494,22 @@ impl Cluster for KubeCluster {
         written.map(|_| ()).map_err(|e| api_error(&format!("NodePool/{name}"), e))
     }
 
+    async fn patch_pool_annotations(&self, pool: &NodePool) -> Result<(), ApiError> {
+        let name = pool.name_any();
+        let current = self.stores.pools.state().into_iter().find(|p| p.name_any() == name);
+        let annotations = map_patch(
+            current.as_ref().and_then(|p| p.metadata.annotations.as_ref()),
+            pool.metadata.annotations.as_ref(),
+        );
+        let mut patch = json!({"metadata": {"annotations": annotations}});
+        if let Some(rv) = &pool.metadata.resource_version {
+            patch["metadata"]["resourceVersion"] = json!(rv);
+        }
+        let api = Api::<NodePool>::all(self.client.clone());
+        let written = api.patch(&name, &patch_params(), &Patch::Merge(&patch)).await;
+        written.map(|_| ()).map_err(|e| api_error(&format!("NodePool/{name}"), e))
+    }
+
     async fn evict_pod(&self, key: &str) -> Result<(), ApiError> {
         let (namespace, name) = key.split_once('/').unwrap_or(("default", key));
         let api = Api::<Pod>::namespaced(self.client.clone(), namespace);

@@ -17,7 +17,8 @@ pub use duration::{KubeDuration, NillableDuration, format_duration, parse_durati
 pub use nodeclaim::{NodeClaim, NodeClaimResources, NodeClaimSpec, NodeClaimStatus};
 pub use nodepool::{
     Budget, BudgetNodes, ConsolidationPolicy, Disruption, DisruptionReason, NodeClaimTemplate, NodeClaimTemplateSpec,
-    NodeClassRef, NodePool, NodePoolSpec, NodePoolStatus, TemplateMetadata, parse_schedule, stable_hash,
+    NodeClassRef, NodePool, NodePoolSpec, NodePoolStatus, TEMPLATE_HASH_VERSION, TemplateMetadata, parse_schedule,
+    stable_hash,
 };
 pub use requirements::{NodeSelectorRequirement, Operator};
 pub use validation::{ValidationError, parse_manifest, parse_node_claim, parse_node_pool};

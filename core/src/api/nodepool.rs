@@ -386,6 +386,27 @@ impl NodePool {
         stable_hash(&canonical)
     }
 
+    /// The template hash this pool's claims are compared with for drift, and its scheme: the pool's own
+    /// `karpenter.sh/nodepool-hash` when another scheme wrote it (Karpenter's controller keeps it current
+    /// on the pools it runs), else tenon's hash of the template as it is now.
+    pub fn drift_hash(&self) -> (String, String) {
+        match (self.annotation(labels::NODEPOOL_HASH), self.annotation(labels::NODEPOOL_HASH_VERSION)) {
+            (Some(hash), Some(version)) if version != TEMPLATE_HASH_VERSION => (hash.to_owned(), version.to_owned()),
+            _ => (self.template_hash(), TEMPLATE_HASH_VERSION.to_owned()),
+        }
+    }
+
+    /// Whether `claim`, made from this pool, drifted from its template: its hash differs from the pool's
+    /// under the same scheme. A claim hashed under another scheme has not drifted; it is re-hashed
+    /// (Karpenter does the same when its scheme changes). A claim with a hash and no scheme was hashed
+    /// by an earlier tenon, with tenon's.
+    pub fn template_drifted(&self, claim: &super::NodeClaim) -> bool {
+        let Some(hash) = claim.annotation(labels::NODEPOOL_HASH) else { return false };
+        let version = claim.annotation(labels::NODEPOOL_HASH_VERSION).unwrap_or(TEMPLATE_HASH_VERSION);
+        let (pool_hash, pool_version) = self.drift_hash();
+        version == pool_version && hash != pool_hash
+    }
+
     /// A status condition of the pool.
     pub fn condition(&self, type_: &str) -> Option<&Condition> {
         self.status.as_ref().and_then(|s| conditions::find(&s.conditions, type_))
@@ -397,6 +418,10 @@ impl NodePool {
         conditions::set(&mut st.conditions, type_, status, reason, message, now);
     }
 }
+
+/// The scheme tenon writes in `karpenter.sh/nodepool-hash-version`. It is not Karpenter's (`v3`), whose
+/// hash is of Go structures: a claim hashed by one is re-hashed by the other, never taken for drifted.
+pub const TEMPLATE_HASH_VERSION: &str = "tenon-v1";
 
 /// 64-bit FNV-1a: a stable, dependency-free hash for values stored in annotations.
 fn fnv1a(bytes: &[u8]) -> u64 {

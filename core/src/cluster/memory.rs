@@ -39,11 +39,13 @@ pub enum Write {
     DeletePod,
     /// [`Cluster::patch_pool_status`].
     PatchPoolStatus,
+    /// [`Cluster::patch_pool_annotations`].
+    PatchPool,
 }
 
 impl Write {
     /// Every kind of write.
-    pub const ALL: [Write; 9] = [
+    pub const ALL: [Write; 10] = [
         Write::CreateClaim,
         Write::PatchClaim,
         Write::PatchClaimStatus,
@@ -53,6 +55,7 @@ impl Write {
         Write::EvictPod,
         Write::DeletePod,
         Write::PatchPoolStatus,
+        Write::PatchPool,
     ];
 }
 
@@ -459,6 +462,22 @@ impl Objects {
         self.answer(Write::PatchPoolStatus, &object, lost, ())
     }
 
+    fn patch_pool_annotations(&mut self, pool: &NodePool) -> Result<(), ApiError> {
+        let name = pool.name().to_owned();
+        let object = format!("NodePool/{name}");
+        let lost = self.admit(Write::PatchPool, &object, &name)?;
+        let Some(i) = self.current.pools.iter().position(|p| p.name() == name) else {
+            return Err(ApiError::not_found(object));
+        };
+        Self::check_version(&self.current.pools[i].metadata, &pool.metadata, &object)?;
+        let version = self.bump();
+        let stored = &mut Arc::make_mut(&mut self.current.pools)[i];
+        stored.metadata.annotations.clone_from(&pool.metadata.annotations);
+        stored.metadata.resource_version = Some(version);
+        self.log.push(format!("patch NodePool/{name}"));
+        self.answer(Write::PatchPool, &object, lost, ())
+    }
+
     fn evict_pod(&mut self, key: &str) -> Result<(), ApiError> {
         self.take_pod(Write::EvictPod, key)
     }
@@ -549,6 +568,10 @@ impl Cluster for InMemoryApi {
 
     async fn patch_pool_status(&self, pool: &NodePool) -> Result<(), ApiError> {
         self.lock().patch_pool_status(pool)
+    }
+
+    async fn patch_pool_annotations(&self, pool: &NodePool) -> Result<(), ApiError> {
+        self.lock().patch_pool_annotations(pool)
     }
 
     async fn evict_pod(&self, key: &str) -> Result<(), ApiError> {

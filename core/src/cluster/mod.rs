@@ -283,6 +283,10 @@ pub trait Cluster: Send + Sync {
     /// Writes a NodePool's status (conditions, resources, node count) through the status subresource.
     async fn patch_pool_status(&self, pool: &NodePool) -> Result<(), ApiError>;
 
+    /// Writes a NodePool's annotations (its template hash and the hash's scheme), leaving the rest of its
+    /// metadata alone.
+    async fn patch_pool_annotations(&self, pool: &NodePool) -> Result<(), ApiError>;
+
     /// Evicts a pod (`namespace/name`) through the Eviction API. `TooManyRequests` means a
     /// PodDisruptionBudget refuses it for now.
     async fn evict_pod(&self, key: &str) -> Result<(), ApiError>;

@@ -9,7 +9,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use crate::api::{ConditionStatus, DisruptionReason, NodePool, condition_types, labels, parse_duration};
 use crate::clock;
 use crate::cloud::{CapacityType, InstanceType};
-use crate::scheduling::{Requirements, Selector, taints};
+use crate::scheduling::{Requirements, Selector};
 use crate::state::{ClusterState, StateNode, StatePod};
 
 /// The drift reason a provider's lease reclaim uses.
@@ -85,14 +85,11 @@ pub fn pod_cost(pod: &StatePod) -> f64 {
     cost.clamp(-10.0, 10.0)
 }
 
-/// Whether the pod moves when its node goes: not finished, not a DaemonSet's, not a static pod, and not
-/// tolerating the disruption taint.
+/// Whether the pod moves when its node goes, as Karpenter's `IsReschedulable` judges: active (not
+/// finished, not terminating), not a DaemonSet's and not a static pod. A pod tolerating the
+/// `karpenter.sh/disrupted` taint still moves: only the drain leaves it be.
 pub fn reschedulable(pod: &StatePod) -> bool {
-    let disrupted = taints::taint(labels::DISRUPTED_TAINT, None, "NoSchedule");
-    !pod.terminal
-        && !pod.info.daemon
-        && !pod.static_pod
-        && !pod.info.tolerations.iter().any(|t| taints::tolerates(t, &disrupted))
+    !pod.terminal && !pod.terminating && !pod.info.daemon && !pod.static_pod
 }
 
 /// Whether a `karpenter.sh/do-not-disrupt` annotation on the pod is active at `now` (`"true"`, or a
@@ -172,10 +169,7 @@ pub fn drift_reason(node: &StateNode, pool: &NodePool) -> Option<String> {
     {
         return Some(if c.reason.is_empty() { "Drifted".into() } else { c.reason.clone() });
     }
-    if !node.inferred_claim
-        && let Some(hash) = claim.annotation(labels::NODEPOOL_HASH)
-        && hash != pool.template_hash()
-    {
+    if !node.inferred_claim && pool.template_drifted(claim) {
         return Some("NodePoolDrifted".into());
     }
     let reqs = Requirements::from_api(&pool.spec.template.spec.requirements);

@@ -610,3 +610,35 @@ fn pods_do_not_move_onto_nodes_still_booting() {
     let note = pass.unconsolidatable.iter().find(|b| b.node == "busy").unwrap();
     assert!(note.reason.contains("uninitialized node booting"), "{}", note.reason);
 }
+
+/// A pod tolerating every taint (`karpenter.sh/disrupted` too) still has to go somewhere when its node
+/// goes, as Karpenter's `IsReschedulable` has it: its node is not empty. Only the drain leaves such pods.
+/// A pod already terminating moves nowhere.
+#[test]
+fn a_pod_tolerating_the_disrupted_taint_still_keeps_its_node_from_being_empty() {
+    use CapacityType::*;
+    let mut fleet = Fleet { types: vec![itype("m5.large", 2, 0, &[("a", OnDemand, 0.096)])], ..Default::default() }
+        .pool("default", json!({"spec": {"disruption": {"budgets": [{"nodes": "100%"}]}}}))
+        .node("tolerant", "default", "m5.large", "a", OnDemand)
+        .node("leaving", "default", "m5.large", "a", OnDemand)
+        .pod("everywhere", "tolerant", "1", 0, json!({}))
+        .pod("going", "leaving", "1", 0, json!({"deletionTimestamp": "2026-03-04T11:59:00Z"}));
+    let spec = fleet.pods[0].spec.as_mut().unwrap();
+    spec.tolerations =
+        Some(vec![k8s_openapi::api::core::v1::Toleration { operator: Some("Exists".into()), ..Default::default() }]);
+    let state = fleet.state();
+    let tolerant = state.nodes.iter().position(|n| n.name == "tolerant").unwrap();
+    let pods: Vec<&str> = state.nodes[tolerant].pods.iter().map(|i| state.pods[*i].info.key.as_str()).collect();
+    assert_eq!(pods, ["default/everywhere"]);
+    assert!(reschedulable(&state.pods[state.nodes[tolerant].pods[0]]), "it must be rescheduled");
+    let leaving = state.nodes.iter().position(|n| n.name == "leaving").unwrap();
+    assert!(!reschedulable(&state.pods[state.nodes[leaving].pods[0]]), "a terminating pod moves nowhere");
+    let pass = fleet.pass();
+    let emptied: Vec<&str> = pass
+        .commands
+        .iter()
+        .filter(|c| c.reason == DisruptionReason::Empty)
+        .flat_map(|c| c.candidates.iter().map(|x| x.node.as_str()))
+        .collect();
+    assert_eq!(emptied, ["leaving"], "{pass:?}");
+}

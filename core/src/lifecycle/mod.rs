@@ -900,7 +900,8 @@ fn register(claim: &mut NodeClaim, mut node: Node) -> Node {
     }
     node_labels.insert(labels::REGISTERED.into(), "true".into());
     let annotations = meta.annotations.get_or_insert_with(BTreeMap::new);
-    for (k, v) in claim.metadata.annotations.iter().flatten().filter(|(k, _)| k.as_str() != labels::NODEPOOL_HASH) {
+    let hash_keys = [labels::NODEPOOL_HASH, labels::NODEPOOL_HASH_VERSION];
+    for (k, v) in claim.metadata.annotations.iter().flatten().filter(|(k, _)| !hash_keys.contains(&k.as_str())) {
         annotations.entry(k.clone()).or_insert_with(|| v.clone());
     }
     let sync_taints = annotations.get(labels::DO_NOT_SYNC_TAINTS).map(String::as_str) != Some("true");

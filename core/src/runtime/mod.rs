@@ -346,6 +346,7 @@ impl Runtime {
         use crate::api::condition_types::{NODE_CLASS_READY, READY, VALIDATION_SUCCEEDED};
         let snapshot = cluster.snapshot();
         let validations = self.validations(&snapshot.pools).to_vec();
+        self.keep_template_hashes(cluster, &snapshot).await;
         for (pool, validation) in snapshot.pools.iter().zip(validations) {
             let mut desired = pool.clone();
             match &validation {
@@ -391,6 +392,50 @@ impl Runtime {
             }
             if let Err(e) = cluster.patch_pool_status(&desired).await {
                 tracing::debug!(pool = pool.name(), error = %e, "NodePool status not written; retried next step");
+            }
+        }
+    }
+
+    /// Keeps the template hashes as Karpenter's NodePool hash controller does: each pool carries tenon's hash
+    /// of its template and the scheme (`karpenter.sh/nodepool-hash`, `…-hash-version`), and each of its
+    /// claims hashed under another scheme (a claim Karpenter made) is re-hashed with the pool's, unless it
+    /// is already marked drifted. A claim is compared for drift only against a hash of its own scheme, so
+    /// taking over a Karpenter cluster drifts nothing. Failed writes are tried again next step.
+    async fn keep_template_hashes(&self, cluster: &dyn Cluster, snapshot: &Snapshot) {
+        use crate::api::TEMPLATE_HASH_VERSION;
+        let mut hashes: HashMap<&str, String> = HashMap::with_capacity(snapshot.pools.len());
+        for pool in snapshot.pools.iter() {
+            let hash = pool.template_hash();
+            let current = (pool.annotation(labels::NODEPOOL_HASH), pool.annotation(labels::NODEPOOL_HASH_VERSION));
+            if current != (Some(hash.as_str()), Some(TEMPLATE_HASH_VERSION)) {
+                let mut desired = pool.clone();
+                let annotations = desired.metadata.annotations.get_or_insert_with(Default::default);
+                annotations.insert(labels::NODEPOOL_HASH.to_owned(), hash.clone());
+                annotations.insert(labels::NODEPOOL_HASH_VERSION.to_owned(), TEMPLATE_HASH_VERSION.to_owned());
+                if let Err(e) = cluster.patch_pool_annotations(&desired).await {
+                    tracing::debug!(pool = pool.name(), error = %e, "NodePool hash not written; retried next step");
+                }
+            }
+            hashes.insert(pool.name(), hash);
+        }
+        for claim in snapshot.claims.values() {
+            let version = claim.annotation(labels::NODEPOOL_HASH_VERSION);
+            if version == Some(TEMPLATE_HASH_VERSION)
+                || claim.metadata.deletion_timestamp.is_some()
+                || claim.is_true(condition_types::DRIFTED)
+            {
+                continue;
+            }
+            let Some(hash) = claim.node_pool().and_then(|p| hashes.get(p)) else { continue };
+            let mut c = NodeClaim::clone(claim);
+            let annotations = c.metadata.annotations.get_or_insert_with(Default::default);
+            // A hash with no scheme is an earlier tenon's own: kept, so drift since then still shows.
+            if version.is_some() || !annotations.contains_key(labels::NODEPOOL_HASH) {
+                annotations.insert(labels::NODEPOOL_HASH.to_owned(), hash.clone());
+            }
+            annotations.insert(labels::NODEPOOL_HASH_VERSION.to_owned(), TEMPLATE_HASH_VERSION.to_owned());
+            if let Err(e) = cluster.patch_claim(&c).await {
+                tracing::debug!(claim = claim.name(), error = %e, "NodeClaim hash not written; retried next step");
             }
         }
     }
@@ -756,4 +801,100 @@ impl Runtime {
 
 fn pool_event(pool: &str, type_: EventType, reason: &'static str, message: String) -> ClusterEvent {
     ClusterEvent { kind: "NodePool", namespace: None, name: pool.to_owned(), type_, reason, message }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::{NodeClaimSpec, NodePoolSpec, TEMPLATE_HASH_VERSION};
+    use crate::clock::Clock;
+    use crate::cloud::fake::FakeCloud;
+    use crate::cluster::InMemoryApi;
+
+    fn claim(name: &str, hash: Option<(&str, Option<&str>)>) -> NodeClaim {
+        let mut c = NodeClaim::new(name, NodeClaimSpec::default());
+        c.metadata.labels = Some([(labels::NODE_POOL.to_owned(), "default".to_owned())].into());
+        if let Some((hash, version)) = hash {
+            let mut a = std::collections::BTreeMap::from([(labels::NODEPOOL_HASH.to_owned(), hash.to_owned())]);
+            if let Some(v) = version {
+                a.insert(labels::NODEPOOL_HASH_VERSION.to_owned(), v.to_owned());
+            }
+            c.metadata.annotations = Some(a);
+        }
+        c
+    }
+
+    /// Taking over a pool Karpenter hashed: the pool gets tenon's hash and scheme, Karpenter's claims are
+    /// re-hashed (not drifted), a claim already marked drifted keeps its hash, and an earlier tenon's
+    /// unversioned hash is kept so that drift since then still shows.
+    #[tokio::test]
+    async fn karpenter_hashed_claims_are_rehashed_not_drifted() {
+        let clock = crate::clock::VirtualClock::at_epoch();
+        let api = InMemoryApi::new(clock.now());
+        let mut pool = NodePool::new("default", NodePoolSpec::default());
+        pool.metadata.annotations = Some(
+            [
+                (labels::NODEPOOL_HASH.to_owned(), "6103363645544484573".to_owned()),
+                (labels::NODEPOOL_HASH_VERSION.to_owned(), "v3".to_owned()),
+            ]
+            .into(),
+        );
+        let ours = pool.template_hash();
+        {
+            let mut objects = api.lock();
+            objects.set_pools(vec![pool]);
+            objects.put_claim(claim("karpenter", Some(("6103363645544484573", Some("v3")))));
+            let mut drifted = claim("drifted", Some(("123", Some("v3"))));
+            drifted.set_condition(
+                condition_types::DRIFTED,
+                crate::api::ConditionStatus::True,
+                "NodePoolDrifted",
+                "",
+                clock.now(),
+            );
+            objects.put_claim(drifted);
+            objects.put_claim(claim("older", Some(("0123456789abcdef", None))));
+        }
+        let mut registry = ProviderRegistry::new();
+        registry.register(FakeCloud::builder().build()).unwrap();
+        let mut rt = Runtime::new(clock.clone(), registry, Settings::default(), counter_names(Default::default()));
+        rt.step(&api).await;
+        let snapshot = api.snapshot();
+        let pool = &snapshot.pools[0];
+        assert_eq!(pool.annotation(labels::NODEPOOL_HASH), Some(ours.as_str()));
+        assert_eq!(pool.annotation(labels::NODEPOOL_HASH_VERSION), Some(TEMPLATE_HASH_VERSION));
+        let hash = |name: &str| {
+            let c = &snapshot.claims[name];
+            (c.annotation(labels::NODEPOOL_HASH).map(str::to_owned), c.annotation(labels::NODEPOOL_HASH_VERSION))
+        };
+        assert_eq!(hash("karpenter"), (Some(ours.clone()), Some(TEMPLATE_HASH_VERSION)));
+        assert!(!pool.template_drifted(&snapshot.claims["karpenter"]));
+        assert_eq!(hash("drifted"), (Some("123".to_owned()), Some("v3")), "a drifted claim stays drifted");
+        assert_eq!(hash("older"), (Some("0123456789abcdef".to_owned()), Some(TEMPLATE_HASH_VERSION)));
+        assert!(pool.template_drifted(&snapshot.claims["older"]), "its template changed since");
+    }
+
+    /// Read-only (`tenon plan` on a Karpenter cluster's snapshot): a claim is compared with the pool's
+    /// hash under the claim's own scheme.
+    #[test]
+    fn drift_compares_hashes_of_one_scheme_only() {
+        let mut pool = NodePool::new("default", NodePoolSpec::default());
+        pool.metadata.annotations = Some(
+            [
+                (labels::NODEPOOL_HASH.to_owned(), "111".to_owned()),
+                (labels::NODEPOOL_HASH_VERSION.to_owned(), "v3".to_owned()),
+            ]
+            .into(),
+        );
+        assert!(!pool.template_drifted(&claim("same", Some(("111", Some("v3"))))));
+        assert!(pool.template_drifted(&claim("changed", Some(("222", Some("v3"))))));
+        assert!(!pool.template_drifted(&claim("ours", Some(("333", Some(TEMPLATE_HASH_VERSION))))), "another scheme");
+        // A pool tenon hashes: claims of tenon's scheme are compared with the template as it is now.
+        pool.metadata.annotations = None;
+        let ours = pool.template_hash();
+        assert!(!pool.template_drifted(&claim("ours", Some((&ours, Some(TEMPLATE_HASH_VERSION))))));
+        assert!(pool.template_drifted(&claim("stale", Some(("333", Some(TEMPLATE_HASH_VERSION))))));
+        assert!(!pool.template_drifted(&claim("karpenter", Some(("333", Some("v3"))))), "re-hashed, not drifted");
+        assert!(!pool.template_drifted(&claim("unhashed", None)));
+    }
 }

@@ -151,6 +151,16 @@ mod tests {
     }
 
     #[test]
+    fn a_daemon_needing_a_label_to_exist_is_not_charged_to_a_type_without_it() {
+        let mut gpu = daemon("gpu-plugin", 500, None);
+        gpu.alternatives = vec![[Requirement::exists("example.com/gpu-name")].into_iter().collect()];
+        let cpu_type: Requirements = [Requirement::does_not_exist("example.com/gpu-name")].into_iter().collect();
+        assert_eq!(daemon_overhead(&cpu_type, &[&gpu]), Resources::ZERO);
+        let gpu_type: Requirements = [Requirement::is_in("example.com/gpu-name", ["t4"])].into_iter().collect();
+        assert_eq!(daemon_overhead(&gpu_type, &[&gpu]).get(ResourceName::CPU), 500);
+    }
+
+    #[test]
     fn undefined_labels_are_charged_conservatively() {
         let cilium = daemon("cilium", 200, None);
         let gpu = daemon("gpu-plugin", 500, Some(("example.com/accelerator", "gpu")));

@@ -190,9 +190,10 @@ impl Requirement {
         }
     }
 
-    /// Whether both `NotIn`/`Exists`/`DoesNotExist`-like: sides that may agree on the label's absence.
+    /// Whether `NotIn` or `DoesNotExist`: a side that two requirements with no value in common may still
+    /// agree on, as the label's absence (Karpenter's `Intersects`). `Exists` is not one: it needs a value.
     fn allows_absence(&self) -> bool {
-        self.complement && self.gte.is_none() && self.lte.is_none() || (!self.complement && self.values.is_empty())
+        matches!(self.operator(), Operator::NotIn | Operator::DoesNotExist)
     }
 
     /// The intersection of two sets for the same key.

@@ -440,3 +440,59 @@ fn node_taints_policy_honor_ignores_pods_on_untolerated_nodes() {
     assert_eq!(zone_for("Ignore"), "zone-b", "the two pods in zone-a count");
     assert_eq!(zone_for("Honor"), "zone-a", "pods on a node the new pod cannot tolerate do not count");
 }
+
+/// CPU sizes without the GPU label, and one GPU type carrying `example.com/gpu-name`.
+fn cpu_and_gpu_catalog() -> Vec<InstanceType> {
+    let mut types = sized_catalog(4);
+    let mut gpu = instance_type("g.4", 4, 16, 1, &zones3(), 1.0, 0.5);
+    gpu.labels.insert("example.com/gpu-name".into(), "t4".into());
+    types.push(gpu);
+    types
+}
+
+#[test]
+fn a_pool_requiring_a_label_to_exist_admits_only_the_types_that_have_it() {
+    let pool = pool_from(json!({"spec": {"template": {"spec": {"requirements": [
+        {"key": "example.com/gpu-name", "operator": "Exists"}
+    ]}}}}));
+    let r = solve(vec![input(pool, cpu_and_gpu_catalog())], vec![], vec![pod("a", "1")]);
+    assert!(r.unschedulable.is_empty(), "{:?}", r.unschedulable);
+    let types: Vec<&str> = r.claims[0].instance_types.iter().map(|t| &**t).collect();
+    assert_eq!(types, ["g.4"], "a CPU type lacks the label: its DoesNotExist does not meet Exists");
+}
+
+#[test]
+fn a_pod_requiring_a_label_to_exist_gets_only_the_types_that_have_it() {
+    let affinity = json!({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": [{"key": "example.com/gpu-name", "operator": "Exists"}]}]}}}});
+    let gpu_pod = pod_with("a", "1", affinity, json!({}));
+    let pool = NodePool::new("default", NodePoolSpec::default());
+    let r = solve(vec![input(pool, cpu_and_gpu_catalog())], vec![], vec![gpu_pod, pod("b", "1")]);
+    assert!(r.unschedulable.is_empty(), "{:?}", r.unschedulable);
+    for claim in &r.claims {
+        let types: Vec<&str> = claim.instance_types.iter().map(|t| &**t).collect();
+        if claim.pods.contains(&"default/a".to_owned()) {
+            assert_eq!(types, ["g.4"], "{claim:?}");
+        }
+    }
+}
+
+#[test]
+fn a_label_that_must_exist_does_not_meet_one_that_must_not() {
+    let exists = Requirement::exists("k");
+    let absent = Requirement::does_not_exist("k");
+    let not_in = Requirement::not_in("k", ["a"]);
+    let mut node = Requirements::new();
+    node.add(absent.clone());
+    let mut pod = Requirements::new();
+    pod.add(exists.clone());
+    assert!(node.intersects(&pod).is_err(), "Exists against DoesNotExist");
+    assert!(node.compatible(&pod, false).is_err());
+    // Both sides allowing the label's absence still agree, as Karpenter's Intersects excuses.
+    let mut other = Requirements::new();
+    other.add(not_in);
+    assert!(node.intersects(&other).is_ok(), "NotIn against DoesNotExist");
+    let mut both = Requirements::new();
+    both.add(exists);
+    assert!(both.intersects(&pod).is_ok());
+}

@@ -356,6 +356,13 @@ async fn reliability_under_random_faults() {
         let mut leftovers = HashMap::new();
         for step in 0..240u32 {
             faults.inject(&mut sim, &cloud);
+            if step == 100 {
+                // So does the pool's template: it is hashed again, and its claims drift.
+                let mut api = sim.api.lock();
+                let mut pools = api.pools.to_vec();
+                pools[0].spec.template.metadata.labels.insert("team".into(), "search".into());
+                api.set_pools(pools);
+            }
             if step % 40 == 20 {
                 // The workload changes under the faults too.
                 sim.remove_pod("default/p03");
