@@ -90,6 +90,11 @@ impl Nominations {
         self.until.get(pod).filter(|(_, until)| *until > now).map(|(t, _)| t.as_str())
     }
 
+    /// The targets (node or claim names) pods are nominated to at `now`.
+    pub fn targets(&self, now: Timestamp) -> impl Iterator<Item = &str> {
+        self.until.values().filter(move |(_, until)| *until > now).map(|(t, _)| t.as_str())
+    }
+
     /// Drops the nominations to `target` (a claim whose create failed).
     pub fn release(&mut self, target: &str) {
         self.until.retain(|_, (t, _)| t != target);

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use config::{Config, Environment, File, Value, ValueKind};
 
-use crate::api::parse_duration;
+use crate::api::parse_go_duration;
 
 /// How a setting's value is written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -63,6 +63,10 @@ pub const FEATURE_GATE_DEFAULTS: [(&str, bool); 5] = [
     ("NodeOverlay", false),
     ("StaticCapacity", false),
 ];
+
+/// Karpenter's feature gates that tenon does not implement: accepted, so that Karpenter's settings
+/// carry over, and ignored with a warning.
+pub const UPSTREAM_ONLY_FEATURE_GATES: [&str; 1] = ["CapacityBuffer"];
 
 /// Every setting tenon reads.
 pub const SETTINGS: &[SettingSpec] = &[
@@ -354,6 +358,11 @@ impl FeatureGates {
             let (name, value) =
                 part.split_once('=').ok_or_else(|| format!("{part:?} is not Name=true or Name=false"))?;
             let name = name.trim();
+            if UPSTREAM_ONLY_FEATURE_GATES.contains(&name) {
+                parse_bool(value)?;
+                tracing::warn!(gate = name, "feature gate of Karpenter's that tenon does not implement: ignored");
+                continue;
+            }
             if !gates.contains_key(name) {
                 let known: Vec<&str> = FEATURE_GATE_DEFAULTS.iter().map(|(n, _)| *n).collect();
                 return Err(format!("unknown feature gate {name:?} (known: {})", known.join(", ")));
@@ -395,7 +404,7 @@ fn parse_percent(v: &str) -> Result<f64, String> {
 fn parse_optional_duration(v: &str) -> Result<Option<Duration>, String> {
     match v.trim() {
         "" | "Never" | "never" | "off" | "0" => Ok(None),
-        other => parse_duration(other).map(|d| if d.is_zero() { None } else { Some(d) }),
+        other => parse_go_duration(other).map(|d| if d.is_zero() { None } else { Some(d) }),
     }
 }
 
@@ -620,7 +629,7 @@ impl Settings {
         };
         let duration = |key: &str| {
             let (spec, v, src) = get(key);
-            parse_duration(v).map_err(|e| err(name(spec, src), src, e))
+            parse_go_duration(v).map_err(|e| err(name(spec, src), src, e))
         };
         let boolean = |key: &str| {
             let (spec, v, src) = get(key);
@@ -786,6 +795,11 @@ mod tests {
         assert_eq!(e.origin, "env");
         let e = load(None, env(&[("FEATURE_GATES", "Teleport=true")]), &[]).unwrap_err();
         assert!(e.message.contains("Teleport"), "{e}");
+        // Karpenter's own gates carry over, those tenon lacks ignored.
+        let gates = "NodeRepair=false,ReservedCapacity=true,SpotToSpotConsolidation=false,NodeOverlay=false,StaticCapacity=false,CapacityBuffer=false";
+        assert!(load(None, env(&[("FEATURE_GATES", gates)]), &[]).is_ok());
+        let e = load(None, env(&[("FEATURE_GATES", "CapacityBuffer=maybe")]), &[]).unwrap_err();
+        assert_eq!(e.key, "FEATURE_GATES");
         let e = load(None, env(&[]), &[("consolidation-split-min-savings".into(), "150%".into())]).unwrap_err();
         assert_eq!(e.key, "consolidation-split-min-savings");
         let e = load(None, env(&[]), &[("no-such-thing".into(), "1".into())]).unwrap_err();

@@ -47,6 +47,9 @@ pub struct StateNode {
     pub initialized: bool,
     /// Whether the node is cordoned.
     pub unschedulable: bool,
+    /// Whether provisioning nominated a pending pod to it lately: it is no disruption candidate while
+    /// the nomination holds, as Karpenter leaves a nominated node alone.
+    pub nominated: bool,
     /// Indexes into [`ClusterState::pods`] of the pods bound to it.
     pub pods: Vec<usize>,
 }
@@ -100,8 +103,11 @@ pub struct StatePod {
     pub static_pod: bool,
     /// Whether it is being deleted (it has a deletion timestamp).
     pub terminating: bool,
-    /// When it started running, or else when it was created.
-    pub started: Option<Timestamp>,
+    /// When it started running (`status.startTime`), if it did.
+    pub start_time: Option<Timestamp>,
+    /// Whether its `Ready` condition is `False` (a PDB with `unhealthyPodEvictionPolicy: AlwaysAllow`
+    /// lets such a pod go).
+    pub not_ready: bool,
     /// Whether provisioning may buy capacity for it, as Karpenter's `IsProvisionable` judges: see
     /// [`provisionable`].
     pub provisionable: bool,
@@ -246,10 +252,12 @@ pub fn infer_claim(node: &Node, now: Timestamp) -> NodeClaim {
         capacity: node.status.as_ref().and_then(|s| s.capacity.clone()).unwrap_or_default(),
         ..Default::default()
     });
-    claim.set_condition(condition_types::LAUNCHED, ConditionStatus::True, "Inferred", "", now);
-    claim.set_condition(condition_types::REGISTERED, ConditionStatus::True, "Inferred", "", now);
+    // The node's creation is the best guess of when it launched, registered and initialized.
+    let since = node.metadata.creation_timestamp.as_ref().map_or(now, |t| t.0);
+    claim.set_condition(condition_types::LAUNCHED, ConditionStatus::True, "Inferred", "", since);
+    claim.set_condition(condition_types::REGISTERED, ConditionStatus::True, "Inferred", "", since);
     if node_labels.get(labels::INITIALIZED).map(String::as_str) == Some("true") {
-        claim.set_condition(condition_types::INITIALIZED, ConditionStatus::True, "Inferred", "", now);
+        claim.set_condition(condition_types::INITIALIZED, ConditionStatus::True, "Inferred", "", since);
     }
     claim
 }
@@ -426,6 +434,7 @@ impl ClusterState {
                 pool,
                 deleting,
                 initialized,
+                nominated: false,
                 pods: Vec::new(),
             });
         }
@@ -470,6 +479,7 @@ impl ClusterState {
                 ready: false,
                 initialized: false,
                 unschedulable: false,
+                nominated: false,
                 pods: Vec::new(),
             });
         }
@@ -499,16 +509,16 @@ impl ClusterState {
                 node.pods.push(i);
             }
             let static_pod = pod.metadata.owner_references.iter().flatten().any(|o| o.kind == "Node");
-            let started = pod
-                .status
-                .as_ref()
-                .and_then(|s| s.start_time.as_ref())
-                .or(pod.metadata.creation_timestamp.as_ref())
-                .map(|t| t.0);
+            let status = pod.status.as_ref();
+            let start_time = status.and_then(|s| s.start_time.as_ref()).map(|t| t.0);
+            let not_ready = status
+                .and_then(|s| s.conditions.as_ref())
+                .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready"))
+                .is_some_and(|c| c.status == "False");
             let provisionable = !terminal && !static_pod && !info.daemon && provisionable(pod);
             let terminating = pod.metadata.deletion_timestamp.is_some();
             let provisionable = provisionable && !terminating;
-            state.pods.push(StatePod { info, terminal, static_pod, terminating, started, provisionable });
+            state.pods.push(StatePod { info, terminal, static_pod, terminating, start_time, not_ready, provisionable });
         }
         cache.entries = seen;
         for ds in daemon_sets {

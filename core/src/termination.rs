@@ -62,13 +62,9 @@ pub fn drainable(pod: &Pod) -> bool {
 }
 
 fn do_not_disrupt(pod: &Pod, now: Timestamp) -> bool {
-    let Some(v) = pod.metadata.annotations.as_ref().and_then(|a| a.get(labels::DO_NOT_DISRUPT)) else { return false };
-    if v == "true" {
-        return true;
-    }
-    let Ok(d) = crate::api::parse_duration(v) else { return false };
+    let Some(annotations) = pod.metadata.annotations.as_ref() else { return false };
     let started = pod.status.as_ref().and_then(|s| s.start_time.as_ref()).map(|t| t.0);
-    started.is_none_or(|s| crate::clock::add(s, d) > now)
+    crate::cluster::do_not_disrupt_active(annotations, started, now)
 }
 
 /// One drain step for `node`, read from `snapshot` and written through `cluster`. Evicts the pods of the

@@ -30,6 +30,58 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     humantime::parse_duration(text).map_err(|e| format!("invalid duration {text:?}: {e}"))
 }
 
+/// Parses a duration in Go's `time.ParseDuration` syntax, as Karpenter reads annotations and settings:
+/// a sequence of decimal numbers, each with an optional fraction and a unit (`ns`, `us`, `µs`, `ms`, `s`,
+/// `m`, `h`), such as `1.5h`, `90m30s` or `300ms`, an optional sign, and `0` alone. A negative duration
+/// reads as zero (it has already run out). Hand-written: the grammar is a few lines, and the crates for it
+/// are unmaintained.
+pub fn parse_go_duration(text: &str) -> Result<Duration, String> {
+    let invalid =
+        || format!("invalid duration {text:?}: expected a Go duration such as \"90s\", \"1.5h\" or \"1h30m\"");
+    let t = text.trim();
+    let (negative, mut rest) = match t.as_bytes().first() {
+        Some(b'-') => (true, &t[1..]),
+        Some(b'+') => (false, &t[1..]),
+        _ => (false, t),
+    };
+    if rest == "0" {
+        return Ok(Duration::ZERO);
+    }
+    if rest.is_empty() {
+        return Err(invalid());
+    }
+    let mut nanos: f64 = 0.0;
+    while !rest.is_empty() {
+        let number_len = rest.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(rest.len());
+        let (number, after) = rest.split_at(number_len);
+        if number.is_empty() || number == "." || number.matches('.').count() > 1 {
+            return Err(invalid());
+        }
+        let value: f64 = number.parse().map_err(|_| invalid())?;
+        let unit_len = after.find(|c: char| c.is_ascii_digit() || c == '.').unwrap_or(after.len());
+        let (unit, next) = after.split_at(unit_len);
+        let scale = match unit {
+            "ns" => 1.0,
+            "us" | "µs" | "μs" => 1e3,
+            "ms" => 1e6,
+            "s" => 1e9,
+            "m" => 60e9,
+            "h" => 3600e9,
+            _ => return Err(invalid()),
+        };
+        nanos += value * scale;
+        rest = next;
+    }
+    // Go's durations are int64 nanoseconds, about 292 years.
+    if !nanos.is_finite() || nanos > i64::MAX as f64 {
+        return Err(format!("invalid duration {text:?}: out of range"));
+    }
+    if negative {
+        return Ok(Duration::ZERO);
+    }
+    Ok(Duration::from_nanos(nanos.round() as u64))
+}
+
 /// Formats a duration the way it is written in manifests (`720h`, `10h5m`, `30s`, `0s`).
 pub fn format_duration(d: Duration) -> String {
     if d.is_zero() {
@@ -196,5 +248,21 @@ mod tests {
             assert_eq!(parse_duration(&format_duration(d)).unwrap(), d);
         }
         assert_eq!(format_duration(Duration::from_secs(36_300)), "10h5m");
+    }
+
+    #[test]
+    fn go_durations_parse_as_go_parses_them() {
+        let ok = |t: &str| parse_go_duration(t).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(ok("1.5h"), Duration::from_secs(5400));
+        assert_eq!(ok("90m30s"), Duration::from_secs(5430));
+        assert_eq!(ok("1h30m0.5s"), Duration::from_millis(5_400_500));
+        assert_eq!(ok("300ms"), Duration::from_millis(300));
+        assert_eq!(ok("2us"), Duration::from_micros(2));
+        assert_eq!(ok("0"), Duration::ZERO);
+        assert_eq!(ok(".5s"), Duration::from_millis(500));
+        assert_eq!(ok("-1h"), Duration::ZERO, "already run out");
+        for bad in ["", "1", "1d", "h", "1.2.3s", "true", "1h 30m", "-", "1.s.5"] {
+            assert!(parse_go_duration(bad).is_err(), "{bad:?} parsed");
+        }
     }
 }

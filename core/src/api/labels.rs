@@ -20,7 +20,7 @@ pub const DO_NOT_DISRUPT: &str = "karpenter.sh/do-not-disrupt";
 pub const DO_NOT_REPAIR: &str = "karpenter.sh/do-not-repair";
 /// Annotation on a pod: a 32-bit integer weighing how costly the pod is to evict.
 pub const DISRUPTION_COST: &str = "karpenter.sh/disruption-cost";
-/// Annotation on a node: `"true"` stops tenon from syncing the claim's taints onto it.
+/// Label on a node: `"true"` stops tenon from syncing the claim's taints onto it at registration.
 pub const DO_NOT_SYNC_TAINTS: &str = "karpenter.sh/do-not-sync-taints";
 /// Annotation on a NodePool: `binpack` (default) or `marginal-cost`.
 pub const NODECLAIM_PACKING_POLICY: &str = "karpenter.sh/nodeclaim-packing-policy";
@@ -75,13 +75,24 @@ pub const WELL_KNOWN_LABELS: [&str; 8] =
 /// Labels a NodePool template may not set: tenon owns them.
 pub const RESTRICTED_LABELS: [&str; 4] = [HOSTNAME, REGISTERED, INITIALIZED, NODE_POOL];
 
-/// Known taints that come and go while a node boots, ignored when deciding initialization.
-pub const KNOWN_EPHEMERAL_TAINTS: [&str; 4] = [
-    "node.kubernetes.io/not-ready",
-    "node.kubernetes.io/unreachable",
-    "node.cloudprovider.kubernetes.io/uninitialized",
-    UNREGISTERED_TAINT,
+/// Known taints that come and go while a node boots (key and effect), as Karpenter lists them: a node is
+/// not initialized while it carries one, or any taint under [`READINESS_TAINT_PREFIX`].
+pub const KNOWN_EPHEMERAL_TAINTS: [(&str, &str); 5] = [
+    ("node.kubernetes.io/not-ready", "NoSchedule"),
+    ("node.kubernetes.io/not-ready", "NoExecute"),
+    ("node.kubernetes.io/unreachable", "NoSchedule"),
+    ("node.cloudprovider.kubernetes.io/uninitialized", "NoSchedule"),
+    (UNREGISTERED_TAINT, "NoExecute"),
 ];
+
+/// The prefix of node readiness taints (`readiness.k8s.io/…`, any value and effect): ephemeral, as
+/// [`KNOWN_EPHEMERAL_TAINTS`], removed by whatever gates the node's readiness.
+pub const READINESS_TAINT_PREFIX: &str = "readiness.k8s.io/";
+
+/// Whether a taint is one of the ephemeral taints of a booting node.
+pub fn is_known_ephemeral_taint(key: &str, effect: &str) -> bool {
+    key.starts_with(READINESS_TAINT_PREFIX) || KNOWN_EPHEMERAL_TAINTS.iter().any(|(k, e)| *k == key && *e == effect)
+}
 
 /// The key Kubernetes uses for `key`, mapping legacy beta labels to their GA names.
 pub fn normalize(key: &str) -> &str {

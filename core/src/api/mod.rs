@@ -13,7 +13,7 @@ mod requirements;
 mod validation;
 
 pub use conditions::{Condition, ConditionStatus, condition_types, set as set_condition};
-pub use duration::{KubeDuration, NillableDuration, format_duration, parse_duration};
+pub use duration::{KubeDuration, NillableDuration, format_duration, parse_duration, parse_go_duration};
 pub use nodeclaim::{NodeClaim, NodeClaimResources, NodeClaimSpec, NodeClaimStatus};
 pub use nodepool::{
     Budget, BudgetNodes, ConsolidationPolicy, Disruption, DisruptionReason, NodeClaimTemplate, NodeClaimTemplateSpec,

@@ -294,8 +294,17 @@ impl BudgetNodes {
 
 /// Parses a budget schedule: five cron fields or a macro (`@daily`, `@hourly`, …), always UTC.
 pub fn parse_schedule(schedule: &str) -> Result<Cron, String> {
+    // The macros Karpenter's schema and cron parser accept, written out (`@midnight` is `@daily`).
+    let expanded = match schedule.trim() {
+        "@yearly" | "@annually" => "0 0 1 1 *",
+        "@monthly" => "0 0 1 * *",
+        "@weekly" => "0 0 * * 0",
+        "@daily" | "@midnight" => "0 0 * * *",
+        "@hourly" => "0 * * * *",
+        other => other,
+    };
     let parser = CronParser::builder().seconds(Seconds::Disallowed).year(Year::Disallowed).build();
-    parser.parse(schedule).map_err(|e| format!("invalid cron schedule {schedule:?}: {e}"))
+    parser.parse(expanded).map_err(|e| format!("invalid cron schedule {schedule:?}: {e}"))
 }
 
 impl Budget {

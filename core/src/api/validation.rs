@@ -122,18 +122,50 @@ pub(crate) fn is_label_value(v: &str) -> bool {
             && v.as_bytes().last().is_some_and(u8::is_ascii_alphanumeric))
 }
 
-fn validate_requirements(object: &str, path: &str, reqs: &[NodeSelectorRequirement]) -> Result<(), ValidationError> {
+/// Whether `key` is in the `karpenter.sh` label domain, as Karpenter's CRD rules read it (the part
+/// before the `/` ends with `karpenter.sh`).
+fn in_karpenter_domain(key: &str) -> bool {
+    key.split('/').next().is_some_and(|domain| domain.ends_with("karpenter.sh"))
+}
+
+/// Which label keys a requirement or template label may use.
+#[derive(Clone, Copy)]
+enum Keys {
+    /// A NodePool's: the `karpenter.sh` domain but `karpenter.sh/capacity-type`, and the hostname.
+    Pool,
+    /// A NodeClaim's: also `karpenter.sh/nodepool`, which tenon writes, and the reservation id it pins.
+    Claim,
+}
+
+/// Why `key` is restricted, if it is, as Karpenter's CRD rules restrict it.
+fn restricted(key: &str, keys: Keys) -> Option<String> {
+    let key = labels::normalize(key);
+    if key == labels::HOSTNAME {
+        return Some(format!("label {key:?} is restricted"));
+    }
+    let allowed: &[&str] = match keys {
+        Keys::Pool => &[labels::CAPACITY_TYPE],
+        Keys::Claim => &[labels::CAPACITY_TYPE, labels::NODE_POOL, labels::RESERVATION_ID],
+    };
+    (in_karpenter_domain(key) && !allowed.contains(&key)).then(|| match key {
+        labels::NODE_POOL => format!("label {key:?} is restricted"),
+        _ => "label domain \"karpenter.sh\" is restricted".to_owned(),
+    })
+}
+
+fn validate_requirements(
+    object: &str,
+    path: &str,
+    reqs: &[NodeSelectorRequirement],
+    keys: Keys,
+) -> Result<(), ValidationError> {
     for (i, r) in reqs.iter().enumerate() {
         let field = format!("{path}[{i}]");
         if !is_qualified_name(&r.key) {
             return Err(ValidationError::new(object, format!("{field}.key"), format!("invalid label key {:?}", r.key)));
         }
-        if labels::normalize(&r.key) == labels::HOSTNAME {
-            return Err(ValidationError::new(
-                object,
-                format!("{field}.key"),
-                format!("label {:?} is restricted", r.key),
-            ));
+        if let Some(why) = restricted(&r.key, keys) {
+            return Err(ValidationError::new(object, format!("{field}.key"), why));
         }
         match r.operator {
             Operator::In | Operator::NotIn if r.values.is_empty() => {
@@ -151,12 +183,12 @@ fn validate_requirements(object: &str, path: &str, reqs: &[NodeSelectorRequireme
                 ));
             }
             Operator::Gt | Operator::Lt | Operator::Gte | Operator::Lte
-                if r.values.len() != 1 || r.values[0].parse::<i64>().is_err() =>
+                if r.values.len() != 1 || r.values[0].parse::<u64>().is_err() =>
             {
                 return Err(ValidationError::new(
                     object,
                     format!("{field}.values"),
-                    format!("operator {:?} needs exactly one integer value", r.operator),
+                    format!("operator {:?} needs a single non-negative integer value", r.operator),
                 ));
             }
             _ => {}
@@ -204,6 +236,27 @@ fn validate_taints(object: &str, path: &str, taints: &[Taint]) -> Result<(), Val
     Ok(())
 }
 
+/// The same key and effect twice across `taints` and `startupTaints` (values aside), as Karpenter's
+/// runtime validation rejects it.
+fn no_duplicate_taints(object: &str, path: &str, taints: &[Taint], startup: &[Taint]) -> Result<(), ValidationError> {
+    let all = taints.iter().map(|t| ("taints", t)).chain(startup.iter().map(|t| ("startupTaints", t)));
+    let mut seen: Vec<(&str, &str)> = Vec::new();
+    let mut index = [0usize; 2];
+    for (list, t) in all {
+        let i = &mut index[usize::from(list == "startupTaints")];
+        if seen.contains(&(t.key.as_str(), t.effect.as_str())) {
+            return Err(ValidationError::new(
+                object,
+                format!("{path}.{list}[{i}]"),
+                format!("duplicate taint Key/Effect pair {}:{}", t.key, t.effect),
+            ));
+        }
+        seen.push((t.key.as_str(), t.effect.as_str()));
+        *i += 1;
+    }
+    Ok(())
+}
+
 impl NodePool {
     /// Checks what the schema alone cannot: requirement operators and values, `minValues`, label keys,
     /// taint effects, budget percentages and cron schedules, weight and limits.
@@ -219,13 +272,17 @@ impl NodePool {
             if labels::RESTRICTED_LABELS.contains(&labels::normalize(k)) {
                 return Err(ValidationError::new(object, field, format!("label {k:?} is restricted: tenon sets it")));
             }
+            if let Some(why) = restricted(k, Keys::Pool) {
+                return Err(ValidationError::new(object, field, why));
+            }
             if !is_label_value(v) {
                 return Err(ValidationError::new(object, field, format!("invalid label value {v:?}")));
             }
         }
-        validate_requirements(object, "spec.template.spec.requirements", &t.spec.requirements)?;
+        validate_requirements(object, "spec.template.spec.requirements", &t.spec.requirements, Keys::Pool)?;
         validate_taints(object, "spec.template.spec.taints", &t.spec.taints)?;
         validate_taints(object, "spec.template.spec.startupTaints", &t.spec.startup_taints)?;
+        no_duplicate_taints(object, "spec.template.spec", &t.spec.taints, &t.spec.startup_taints)?;
         if let Some(r) = &t.spec.node_class_ref {
             for (field, v) in [("group", &r.group), ("kind", &r.kind), ("name", &r.name)] {
                 if v.is_empty() {
@@ -304,9 +361,10 @@ impl NodeClaim {
     /// Checks the claim's requirements, taints and resource requests.
     pub fn validate(&self) -> Result<(), ValidationError> {
         let object = format!("NodeClaim/{}", self.name());
-        validate_requirements(&object, "spec.requirements", &self.spec.requirements)?;
+        validate_requirements(&object, "spec.requirements", &self.spec.requirements, Keys::Claim)?;
         validate_taints(&object, "spec.taints", &self.spec.taints)?;
         validate_taints(&object, "spec.startupTaints", &self.spec.startup_taints)?;
+        no_duplicate_taints(&object, "spec", &self.spec.taints, &self.spec.startup_taints)?;
         Resources::from_resource_list(&self.spec.resources.requests)
             .map_err(|e| ValidationError::new(&object, "spec.resources.requests", e.to_string()))?;
         Ok(())
@@ -325,5 +383,66 @@ mod tests {
         assert!(!is_qualified_name("a/"));
         assert!(is_label_value("us-east-1a"));
         assert!(!is_label_value("-x"));
+    }
+
+    fn pool(spec: serde_json::Value) -> NodePool {
+        let mut v = serde_json::json!({"apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": "p"},
+            "spec": {"template": {"spec": {"requirements": []}}}});
+        crate::testing::merge(&mut v, serde_json::json!({"spec": spec}));
+        serde_json::from_value(v).unwrap()
+    }
+
+    fn error(p: &NodePool) -> String {
+        p.validate().map(|()| String::new()).unwrap_or_else(|e| e.to_string())
+    }
+
+    /// The rules of Karpenter's CRDs and runtime validation that tenon checks itself.
+    #[test]
+    fn karpenter_crd_rules() {
+        let labels = |k: &str| pool(serde_json::json!({"template": {"metadata": {"labels": {k: "x"}}}}));
+        assert!(error(&labels("karpenter.sh/team")).contains("label domain \"karpenter.sh\" is restricted"));
+        assert!(error(&labels("sub.karpenter.sh/team")).contains("label domain \"karpenter.sh\" is restricted"));
+        assert!(error(&labels("karpenter.sh/nodepool")).contains("restricted"));
+        assert_eq!(error(&labels("karpenter.sh/capacity-type")), "");
+        assert_eq!(error(&labels("kubernetes.io/team")), "", "only the hostname is restricted there");
+        let req = |key: &str, op: &str, values: serde_json::Value| {
+            pool(
+                serde_json::json!({"template": {"spec": {"requirements": [{"key": key, "operator": op, "values": values}]}}}),
+            )
+        };
+        let e = error(&req("karpenter.sh/nodepool", "In", serde_json::json!(["a"])));
+        assert!(e.contains("spec.template.spec.requirements[0].key") && e.contains("restricted"), "{e}");
+        assert!(error(&req("karpenter.sh/unknown", "Exists", serde_json::json!([]))).contains("label domain"));
+        assert!(error(&req("example.com/gen", "Gt", serde_json::json!(["-1"]))).contains("non-negative integer"));
+        assert_eq!(error(&req("example.com/gen", "Gt", serde_json::json!(["0"]))), "");
+        // A claim may carry its pool, which tenon writes.
+        let mut claim = NodeClaim::new("c", Default::default());
+        claim.spec.requirements = vec![NodeSelectorRequirement::new(labels::NODE_POOL, Operator::In, ["p"])];
+        assert!(claim.validate().is_ok());
+        claim.spec.requirements = vec![NodeSelectorRequirement::new("karpenter.sh/other", Operator::In, ["p"])];
+        assert!(claim.validate().is_err());
+        // One key and effect twice across taints and startup taints, values aside.
+        let taints = pool(serde_json::json!({"template": {"spec": {
+            "taints": [{"key": "gpu", "value": "a", "effect": "NoSchedule"}],
+            "startupTaints": [{"key": "ready", "effect": "NoSchedule"}, {"key": "gpu", "value": "b", "effect": "NoSchedule"}]}}}));
+        let e = error(&taints);
+        assert!(
+            e.contains("spec.template.spec.startupTaints[1]")
+                && e.contains("duplicate taint Key/Effect pair gpu:NoSchedule"),
+            "{e}"
+        );
+        // Cron macros, as Karpenter's schema and parser accept them.
+        for schedule in ["@midnight", "@daily", "@hourly", "@weekly", "@monthly", "@yearly", "@annually"] {
+            let p = pool(
+                serde_json::json!({"disruption": {"budgets": [{"nodes": "0", "schedule": schedule, "duration": "10m"}]}}),
+            );
+            assert_eq!(error(&p), "", "{schedule}");
+        }
+        let midnight = pool(
+            serde_json::json!({"disruption": {"budgets": [{"nodes": "0", "schedule": "@midnight", "duration": "10m"}]}}),
+        );
+        let b = &midnight.spec.disruption.budgets[0];
+        assert_eq!(b.is_active("2026-03-04T00:05:00Z".parse().unwrap()), Ok(true));
+        assert_eq!(b.is_active("2026-03-04T00:15:00Z".parse().unwrap()), Ok(false));
     }
 }

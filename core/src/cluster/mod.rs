@@ -298,6 +298,28 @@ pub trait Cluster: Send + Sync {
     async fn publish(&self, event: ClusterEvent);
 }
 
+/// Whether a `karpenter.sh/do-not-disrupt` annotation (among a pod's `annotations`) holds at `now`, as
+/// Karpenter's `IsDoNotDisruptActive` reads it: `"true"` holds for good; a Go duration (`1.5h`, `90m30s`)
+/// holds until that long after the pod started, and from the start while the pod has no start time
+/// (failing safe); anything else, a duration of zero or less included, is no annotation at all.
+pub fn do_not_disrupt_active(
+    annotations: &std::collections::BTreeMap<String, String>,
+    start_time: Option<jiff::Timestamp>,
+    now: jiff::Timestamp,
+) -> bool {
+    let Some(v) = annotations.get(crate::api::labels::DO_NOT_DISRUPT) else { return false };
+    if v == "true" {
+        return true;
+    }
+    match crate::api::parse_go_duration(v) {
+        Ok(d) if !d.is_zero() => start_time.is_none_or(|s| crate::clock::since(now, s) < d),
+        _ => {
+            tracing::debug!(value = %v, "an invalid do-not-disrupt annotation counts as none");
+            false
+        }
+    }
+}
+
 /// A node's `spec.providerID`.
 pub fn node_provider_id(node: &Node) -> Option<&str> {
     node.spec.as_ref()?.provider_id.as_deref()

@@ -6,10 +6,10 @@ use jiff::Timestamp;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
-use crate::api::{ConditionStatus, DisruptionReason, NodePool, condition_types, labels, parse_duration};
+use crate::api::{ConditionStatus, DisruptionReason, NodePool, condition_types, labels};
 use crate::clock;
 use crate::cloud::{CapacityType, InstanceType};
-use crate::scheduling::{Requirements, Selector};
+use crate::scheduling::{Requirements, Selector, taints};
 use crate::state::{ClusterState, StateNode, StatePod};
 
 /// The drift reason a provider's lease reclaim uses.
@@ -92,15 +92,13 @@ pub fn reschedulable(pod: &StatePod) -> bool {
     !pod.terminal && !pod.terminating && !pod.info.daemon && !pod.static_pod
 }
 
-/// Whether a `karpenter.sh/do-not-disrupt` annotation on the pod is active at `now` (`"true"`, or a
-/// duration since the pod started that has not elapsed).
+/// Whether a `karpenter.sh/do-not-disrupt` annotation on the pod holds at `now`
+/// ([`crate::cluster::do_not_disrupt_active`]). Finished and terminating pods never hold their node;
+/// DaemonSet and mirror pods do, as Karpenter lets them.
 pub fn do_not_disrupt(pod: &StatePod, now: Timestamp) -> bool {
-    let Some(v) = pod.info.annotations.get(labels::DO_NOT_DISRUPT) else { return false };
-    if v == "true" {
-        return true;
-    }
-    let Ok(d) = parse_duration(v) else { return false };
-    pod.started.is_none_or(|s| clock::add(s, d) > now)
+    !pod.terminal
+        && !pod.terminating
+        && crate::cluster::do_not_disrupt_active(&pod.info.annotations, pod.start_time, now)
 }
 
 fn resolve(value: &IntOrString, total: i32) -> i32 {
@@ -140,24 +138,64 @@ pub fn pdb_allowed(pdb: &PodDisruptionBudget, state: &ClusterState) -> i32 {
     }
 }
 
-/// The first PDB that forbids evicting one of `pods`, by `namespace/name`.
+/// Why a PDB forbids evicting one of `pods` (indexes into the state's pods), if one does, as Karpenter's
+/// `CanEvictPods` judges each pod: pods the drain leaves (finished, terminating, mirror pods, those
+/// tolerating `karpenter.sh/disrupted`) never block; a pod two PDBs select blocks, as the Eviction API
+/// refuses it; a pod one PDB selects blocks when that PDB allows no disruption, unless the PDB's
+/// `unhealthyPodEvictionPolicy` is `AlwaysAllow` and the pod is not Ready. DaemonSet pods count.
 pub fn blocking_pdb(pods: &[usize], state: &ClusterState, allowed: &[(usize, i32)]) -> Option<String> {
+    let disrupted = taints::taint(labels::DISRUPTED_TAINT, None, "NoSchedule");
+    let name = |pi: usize| {
+        let pdb = &state.pdbs[pi];
+        format!(
+            "{}/{}",
+            pdb.metadata.namespace.as_deref().unwrap_or("default"),
+            pdb.metadata.name.as_deref().unwrap_or_default()
+        )
+    };
     for &i in pods {
         let pod = &state.pods[i];
-        for (pi, left) in allowed {
-            let pdb = &state.pdbs[*pi];
-            let ns = pdb.metadata.namespace.as_deref().unwrap_or("default");
-            if ns != pod.info.namespace || *left >= 1 {
-                continue;
+        if pod.terminal
+            || pod.terminating
+            || pod.static_pod
+            || pod.info.tolerations.iter().any(|t| taints::tolerates(t, &disrupted))
+        {
+            continue;
+        }
+        let matching: Vec<&(usize, i32)> = allowed
+            .iter()
+            .filter(|(pi, _)| {
+                let pdb = &state.pdbs[*pi];
+                pdb.metadata.namespace.as_deref().unwrap_or("default") == pod.info.namespace
+                    && Selector::from_label_selector(pdb.spec.as_ref().and_then(|s| s.selector.as_ref()))
+                        .matches(&pod.info.labels)
+            })
+            .collect();
+        match matching.as_slice() {
+            [] => {}
+            [(pi, left)] => {
+                let always_allow =
+                    state.pdbs[*pi].spec.as_ref().and_then(|s| s.unhealthy_pod_eviction_policy.as_deref())
+                        == Some("AlwaysAllow");
+                if *left < 1 && !(always_allow && pod.not_ready) {
+                    return Some(format!("pdb {} prevents pod evictions", name(*pi)));
+                }
             }
-            let selector = Selector::from_label_selector(pdb.spec.as_ref().and_then(|s| s.selector.as_ref()));
-            if selector.matches(&pod.info.labels) {
-                return Some(format!("{ns}/{}", pdb.metadata.name.as_deref().unwrap_or_default()));
+            several => {
+                let names: Vec<String> = several.iter().map(|(pi, _)| name(*pi)).collect();
+                return Some(format!(
+                    "pod {} is selected by several PDBs ({}), and eviction does not support multiple PDBs",
+                    pod.info.key,
+                    names.join(", ")
+                ));
             }
         }
     }
     None
 }
+
+/// The drift reason of a node whose instance type or offering its provider no longer lists.
+pub const INSTANCE_TYPE_NOT_FOUND: &str = "InstanceTypeNotFound";
 
 /// Why a node drifted from its pool, if it did: the claim's `Drifted` condition (set by the provider or a
 /// lease expiry), a changed template hash, or requirements the node no longer satisfies. Behavioural
@@ -185,12 +223,18 @@ pub fn drift_reason(node: &StateNode, pool: &NodePool) -> Option<String> {
     None
 }
 
-/// When the node last had a pod land or leave: the claim's `lastPodEventTime`, else when the claim (or
-/// node) was created.
+/// When `consolidateAfter` counts from: the claim's `lastPodEventTime`, else when it became Initialized
+/// (as Karpenter counts), else when the claim (or node) was created.
 pub fn last_pod_event(node: &StateNode) -> Option<Timestamp> {
     let claim = node.claim.as_ref();
     claim
         .and_then(|c| c.status.as_ref().and_then(|s| s.last_pod_event_time))
+        .or_else(|| {
+            claim
+                .and_then(|c| c.condition(condition_types::INITIALIZED))
+                .filter(|c| c.status == ConditionStatus::True)
+                .and_then(|c| c.last_transition_time)
+        })
         .or_else(|| claim.and_then(|c| c.metadata.creation_timestamp.as_ref().map(|t| t.0)))
         .or_else(|| node.node.as_ref().and_then(|n| n.metadata.creation_timestamp.as_ref().map(|t| t.0)))
 }
@@ -234,6 +278,10 @@ pub fn candidates(
             blocked.push(block("node is not initialized".into()));
             continue;
         }
+        if node.nominated {
+            blocked.push(block("node is nominated for a pending pod".into()));
+            continue;
+        }
         if node
             .node
             .as_ref()
@@ -250,23 +298,29 @@ pub fn candidates(
         // A claim with a termination grace period may drift past blocking pods.
         let forceful_drift = drift.is_some() && claim.spec.termination_grace_period.is_some();
         if !forceful_drift {
-            if let Some(p) = pods.iter().map(|i| &state.pods[*i]).find(|p| do_not_disrupt(p, now)) {
+            // Every pod of the node counts here, DaemonSet and mirror pods too.
+            if let Some(p) = node.pods.iter().map(|i| &state.pods[*i]).find(|p| do_not_disrupt(p, now)) {
                 blocked.push(block(format!("pod {} has {}", p.info.key, labels::DO_NOT_DISRUPT)));
                 continue;
             }
-            if let Some(pdb) = blocking_pdb(&pods, state, &pdb_allowed) {
-                blocked.push(block(format!("pdb {pdb} prevents pod evictions")));
+            if let Some(why) = blocking_pdb(&node.pods, state, &pdb_allowed) {
+                blocked.push(block(why));
                 continue;
             }
         }
         let types = types_cache.entry(pool_name.to_owned()).or_insert_with(|| types_for(pool));
-        let Some(price) = node.price(types) else {
-            blocked.push(block("its offering has no known price".into()));
-            continue;
+        // A node with no known price can still drift and be emptied; only consolidation, which weighs
+        // prices, leaves it. One whose instance type or offering its provider no longer lists has drifted
+        // (`InstanceTypeNotFound`), as Karpenter has it; with no types at all (the provider could not be
+        // read), nothing is known to be gone.
+        let price = node.price(types);
+        let drift = match (&drift, price) {
+            (None, None) if !types.is_empty() => Some(INSTANCE_TYPE_NOT_FOUND.to_owned()),
+            _ => drift,
         };
         let disruption_cost =
             pods.iter().map(|i| pod_cost(&state.pods[*i])).sum::<f64>() * lifetime_remaining(node, now);
-        let consolidation_block = match pool.spec.disruption.consolidate_after.duration() {
+        let timing_block = match pool.spec.disruption.consolidate_after.duration() {
             None => Some("consolidation is disabled for its NodePool (consolidateAfter: Never)".to_owned()),
             Some(after) => match last_pod_event(node) {
                 Some(t) if clock::since(now, t) < after => Some(format!(
@@ -282,14 +336,15 @@ pub fn candidates(
             node: node.name.clone(),
             claim: claim.name().to_owned(),
             pool: pool_name.to_owned(),
-            price,
+            price: price.unwrap_or(0.0),
             capacity_type: node.capacity_type(),
             instance_type: node.label(labels::INSTANCE_TYPE).unwrap_or_default().to_owned(),
             pods,
             disruption_cost,
             drift,
-            consolidatable: consolidation_block.is_none(),
-            consolidation_block,
+            consolidatable: timing_block.is_none(),
+            consolidation_block: timing_block
+                .or_else(|| price.is_none().then(|| "its offering has no known price".into())),
         });
     }
     (out, blocked)
@@ -305,7 +360,15 @@ pub fn allowances(
         .pools
         .iter()
         .map(|pool| {
-            let nodes: Vec<&StateNode> = state.pool_nodes(pool.name()).collect();
+            // As Karpenter counts a budget: managed, initialized nodes whose instance is not already
+            // terminating. Claims still launching or booting are neither in the total nor NotReady, so
+            // disruption does not stall while a pool scales up.
+            let nodes: Vec<&StateNode> = state
+                .pool_nodes(pool.name())
+                .filter(|n| {
+                    n.initialized && n.claim.as_ref().is_some_and(|c| !c.is_true(condition_types::INSTANCE_TERMINATING))
+                })
+                .collect();
             let total = nodes.len() as u64;
             let deleting = nodes.iter().filter(|n| n.deleting).count() as u64;
             let not_ready = nodes.iter().filter(|n| !n.ready && !n.deleting).count() as u64;

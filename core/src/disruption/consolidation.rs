@@ -32,6 +32,32 @@ fn worst_capacity_type(it: &InstanceType, reqs: &Requirements) -> Option<Capacit
     CapacityType::ALL.into_iter().find(|ct| it.offerings.iter().any(|o| o.capacity_type == *ct && offering_ok(o, reqs)))
 }
 
+/// The capacity type a replacement onto the `kept` options of `types` is pinned to, so that no launch
+/// costs more than its worst case was priced at. Options may launch both spot and on-demand: spot, as
+/// Karpenter's `computeConsolidation` pins it (an on-demand fallback of an option priced as spot could
+/// cost more than the node it replaces), keeping only the options whose spot worst case passes `ok`
+/// (`kept` may end up empty). Otherwise the one capacity type the options were priced on, unless that is
+/// on-demand.
+fn pin_capacity(
+    types: &[Arc<InstanceType>],
+    kept: &mut Vec<usize>,
+    reqs: &Requirements,
+    ok: impl Fn(f64) -> bool,
+) -> Option<CapacityType> {
+    let may_launch = |ct: CapacityType, kept: &[usize]| {
+        kept.iter().any(|&i| types[i].offerings.iter().any(|o| o.capacity_type == ct && offering_ok(o, reqs)))
+    };
+    let pinned = if may_launch(CapacityType::Spot, kept) && may_launch(CapacityType::OnDemand, kept) {
+        let mut spot = reqs.clone();
+        spot.add(Requirement::is_in(labels::CAPACITY_TYPE, [CapacityType::Spot.as_str()]));
+        kept.retain(|&i| worst_launch_price(&types[i], &spot).is_some_and(&ok));
+        Some(CapacityType::Spot)
+    } else {
+        kept.iter().filter_map(|&i| worst_capacity_type(&types[i], reqs)).max()
+    };
+    pinned.filter(|c| *c != CapacityType::OnDemand)
+}
+
 /// Runs consolidation simulations against one shared base scheduler.
 pub struct Simulator<'a> {
     inputs: &'a Inputs<'a>,
@@ -427,14 +453,16 @@ impl<'a> Simulator<'a> {
             }
             return Err("can't replace with a lower-priced node".into());
         }
-        // The worst case was priced on the first capacity type each option can use; pin the launch to it so
-        // a fallback cannot cost more.
-        let pinned = kept.iter().filter_map(|&i| worst_capacity_type(&plan.types[i], reqs)).max();
+        let pinned = pin_capacity(&plan.types, &mut kept, reqs, |w| w < price);
+        if kept.is_empty() {
+            return Err(
+                "can't replace with a lower-priced node: only spot is cheaper, and on-demand may cost more".into()
+            );
+        }
         if pinned == Some(CapacityType::Spot) && cands.iter().any(|c| c.capacity_type != Some(CapacityType::Spot)) {
             explanation = "replacement pinned to spot, where its worst case was priced".into();
         }
-        let pin = pinned.filter(|c| *c != CapacityType::OnDemand).map(|c| (c, None));
-        self.replace_with(cands, price, plan, &kept, pin, explanation)
+        self.replace_with(cands, price, plan, &kept, pinned.map(|c| (c, None)), explanation)
     }
 
     /// A replace command onto `kept` options of `plan`, if it clears the savings floor.
@@ -535,9 +563,10 @@ impl<'a> Simulator<'a> {
             .map(|p| {
                 let worst: Vec<Option<f64>> = p.types.iter().map(|t| worst_launch_price(t, &p.requirements)).collect();
                 let floor = worst.iter().flatten().copied().fold(f64::INFINITY, f64::min);
-                let kept: Vec<usize> = (0..p.types.len()).filter(|&i| worst[i].is_some_and(|w| w <= floor)).collect();
-                let pin = kept.iter().filter_map(|&i| worst_capacity_type(&p.types[i], &p.requirements)).max();
-                replacement(p, Some(&kept), pin.filter(|c| *c != CapacityType::OnDemand).map(|c| (c, None)))
+                let mut kept: Vec<usize> =
+                    (0..p.types.len()).filter(|&i| worst[i].is_some_and(|w| w <= floor)).collect();
+                let pin = pin_capacity(&p.types, &mut kept, &p.requirements, |w| w <= floor);
+                replacement(p, Some(&kept), pin.map(|c| (c, None)))
             })
             .collect();
         let worst: f64 = replacements.iter().map(|x| x.worst_case_price).sum();

@@ -19,8 +19,8 @@ use jiff::Timestamp;
 use serde::Serialize;
 
 pub use candidates::{
-    Blocked, Candidate, ON_DEMAND_LEASE_EXPIRED, allowances, blocking_pdb, candidates, do_not_disrupt, drift_reason,
-    last_pod_event, pdb_allowed, pod_cost, reschedulable,
+    Blocked, Candidate, INSTANCE_TYPE_NOT_FOUND, ON_DEMAND_LEASE_EXPIRED, allowances, blocking_pdb, candidates,
+    do_not_disrupt, drift_reason, last_pod_event, pdb_allowed, pod_cost, reschedulable,
 };
 pub use consolidation::Simulator;
 
@@ -220,7 +220,7 @@ pub fn digest(inputs: &Inputs<'_>, cands: &[Candidate]) -> u64 {
     let mut h = std::collections::hash_map::DefaultHasher::new();
     let state = inputs.state;
     for n in &state.nodes {
-        (&n.name, &n.pool, n.deleting, n.ready, n.initialized, n.unschedulable).hash(&mut h);
+        (&n.name, &n.pool, n.deleting, n.ready, n.initialized, n.unschedulable, n.nominated).hash(&mut h);
         (n.allocatable, n.requested, n.taints.len(), n.pods.len()).hash(&mut h);
     }
     for p in &state.pods {

@@ -173,7 +173,7 @@ impl Queue {
             .replacements
             .iter()
             .filter_map(|r| state.pool(&r.plan.pool)?.annotation(labels::NODECLAIM_REGISTRATION_TIMEOUT))
-            .filter_map(|t| crate::api::parse_duration(t).ok())
+            .filter_map(|t| crate::api::parse_go_duration(t).ok())
             .max()
             .unwrap_or_default();
         let wait = retry_duration(self.items.len() + 1).max(boot);

@@ -642,3 +642,205 @@ fn a_pod_tolerating_the_disrupted_taint_still_keeps_its_node_from_being_empty() 
         .collect();
     assert_eq!(emptied, ["leaving"], "{pass:?}");
 }
+
+/// A replacement that may launch both spot and on-demand is pinned to spot, as Karpenter's
+/// `computeConsolidation` pins it: the options were priced as spot, and an on-demand fallback could cost
+/// more than the node it replaces.
+#[test]
+fn a_replacement_that_could_fall_back_to_on_demand_is_pinned_to_spot() {
+    use CapacityType::*;
+    let types = vec![
+        itype("big", 8, 0, &[("a", OnDemand, 0.40)]),
+        // Cheaper as spot, dearer than the candidate as on-demand.
+        itype("mixed", 2, 0, &[("a", Spot, 0.10), ("a", OnDemand, 0.50)]),
+        // Cheaper than the candidate, but only on-demand.
+        itype("od-only", 2, 0, &[("a", OnDemand, 0.30)]),
+    ];
+    let fleet = Fleet { types, ..Default::default() }
+        .pool("default", json!({}))
+        .node("n", "default", "big", "a", OnDemand)
+        .pod("p", "n", "1", 0, json!({}));
+    let pass = fleet.pass();
+    assert_eq!(pass.method, Some(Method::SingleNodeConsolidation), "{pass:?}");
+    let r = &pass.commands[0].replacements[0];
+    assert_eq!(r.capacity_types, [Spot], "{r:?}");
+    assert_eq!(r.instance_types, ["mixed"], "an on-demand-only option cannot launch as spot");
+    assert!(r.worst_case_price < 0.40);
+}
+
+/// A node provisioning just nominated a pending pod to is left alone while the nomination holds, as
+/// Karpenter leaves a nominated node: emptying it would strand the pod on its way there.
+#[test]
+fn a_node_nominated_for_a_pending_pod_is_not_disrupted() {
+    use CapacityType::*;
+    let fleet = Fleet { types: vec![itype("m5.large", 2, 0, &[("a", OnDemand, 0.096)])], ..Default::default() }
+        .pool("default", json!({"spec": {"disruption": {"budgets": [{"nodes": "100%"}]}}}))
+        .node("empty", "default", "m5.large", "a", OnDemand)
+        .node("awaited", "default", "m5.large", "a", OnDemand);
+    let mut state = fleet.state();
+    let awaited = state.nodes.iter().position(|n| n.name == "awaited").unwrap();
+    state.nodes[awaited].nominated = true;
+    let types = fleet.types.clone();
+    let types_for = move |_: &NodePool| types.clone();
+    let pass = compute(&Inputs { state: &state, types_for: &types_for, settings: &Settings::default(), now: now() });
+    let emptied: Vec<&str> = pass.commands.iter().flat_map(|c| c.candidates.iter().map(|x| x.node.as_str())).collect();
+    assert_eq!(emptied, ["empty"]);
+    let note = pass.unconsolidatable.iter().find(|b| b.node == "awaited").expect("a reason");
+    assert_eq!(note.reason, "node is nominated for a pending pod");
+    assert!(pass.blocked.contains("awaited"), "reported as DisruptionBlocked");
+}
+
+/// PDBs and `do-not-disrupt` as Karpenter reads them: a pod two PDBs select blocks (the Eviction API
+/// refuses it), a not-Ready pod may go under `unhealthyPodEvictionPolicy: AlwaysAllow`, DaemonSet pods'
+/// annotations count, Go durations with fractions parse, a pod with no start time fails safe, and an
+/// invalid value counts as no annotation.
+#[test]
+fn pdbs_and_do_not_disrupt_follow_karpenters_rules() {
+    use CapacityType::*;
+    let blocked = |fleet: Fleet| -> Option<String> {
+        let pass = fleet.pass();
+        pass.unconsolidatable.iter().find(|b| b.node == "n").map(|b| b.reason.clone())
+    };
+    let base = || {
+        Fleet { types: vec![itype("m5.large", 2, 0, &[("a", OnDemand, 0.096)])], ..Default::default() }
+            .pool("default", json!({"spec": {"disruption": {"budgets": [{"nodes": "100%"}]}}}))
+            .node("n", "default", "m5.large", "a", OnDemand)
+            .node("other", "default", "m5.large", "a", OnDemand)
+    };
+    // Two PDBs, each allowing a disruption, select one pod.
+    let mut two = base().pod("web", "n", "500m", 0, json!({"labels": {"app": "web", "tier": "front"}}));
+    two = two.pdb("by-app", "web", 1);
+    two.pdbs.push(
+        serde_json::from_value(json!({"metadata": {"name": "by-tier", "namespace": "default"},
+            "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"tier": "front"}}}}))
+        .unwrap(),
+    );
+    let why = blocked(two).expect("blocked");
+    assert!(why.contains("several PDBs") && why.contains("default/by-app") && why.contains("default/by-tier"), "{why}");
+    // A PDB at zero lets a not-Ready pod go when its policy is AlwaysAllow.
+    let at_zero = |policy: Option<&str>| {
+        let mut f = base().pod("web", "n", "500m", 0, json!({"labels": {"app": "web"}})).pdb("web", "web", 0);
+        if let Some(p) = policy {
+            f.pdbs[0].spec.as_mut().unwrap().unhealthy_pod_eviction_policy = Some(p.into());
+        }
+        f.pods[0].status.as_mut().unwrap().conditions = Some(vec![k8s_openapi::api::core::v1::PodCondition {
+            type_: "Ready".into(),
+            status: "False".into(),
+            ..Default::default()
+        }]);
+        f
+    };
+    assert_eq!(blocked(at_zero(None)).as_deref(), Some("pdb default/web prevents pod evictions"));
+    assert_ne!(blocked(at_zero(Some("AlwaysAllow"))).as_deref(), Some("pdb default/web prevents pod evictions"));
+    // A DaemonSet pod's do-not-disrupt holds its node.
+    let ds = json!({"annotations": {labels::DO_NOT_DISRUPT: "true"}, "ownerReferences": [
+        {"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "agent", "uid": "u", "controller": true}]});
+    let why = blocked(base().pod("agent", "n", "100m", 0, ds)).expect("blocked");
+    assert!(why.contains("default/agent") && why.contains(labels::DO_NOT_DISRUPT), "{why}");
+    // Durations: the pods started 84 h before the pass.
+    let with = |value: &str| base().pod("job", "n", "500m", 0, json!({"annotations": {labels::DO_NOT_DISRUPT: value}}));
+    assert!(blocked(with("84.5h")).is_some_and(|w| w.contains(labels::DO_NOT_DISRUPT)), "a fraction parses");
+    assert!(blocked(with("5040m30s")).is_some_and(|w| w.contains(labels::DO_NOT_DISRUPT)));
+    assert!(!blocked(with("83.5h")).is_some_and(|w| w.contains(labels::DO_NOT_DISRUPT)), "run out");
+    assert!(!blocked(with("True")).is_some_and(|w| w.contains(labels::DO_NOT_DISRUPT)), "not a value: none");
+    let mut unstarted = with("1h");
+    unstarted.pods[0].status.as_mut().unwrap().start_time = None;
+    assert!(blocked(unstarted).is_some_and(|w| w.contains(labels::DO_NOT_DISRUPT)), "no start time fails safe");
+}
+
+/// A budget counts managed, initialized nodes only, as Karpenter's does: claims still launching are
+/// neither in its total nor NotReady, so a pool scaling up still consolidates.
+#[test]
+fn claims_still_launching_do_not_use_up_the_budget() {
+    use CapacityType::*;
+    let fleet = Fleet { types: vec![itype("m5.large", 2, 0, &[("a", OnDemand, 0.096)])], ..Default::default() }
+        .pool("default", json!({"spec": {"disruption": {"budgets": [{"nodes": "1"}]}}}))
+        .node("empty-1", "default", "m5.large", "a", OnDemand)
+        .node("empty-2", "default", "m5.large", "a", OnDemand);
+    let launching: Vec<crate::api::NodeClaim> = (0..3)
+        .map(|i| {
+            let mut c = crate::api::NodeClaim::new(&format!("launching-{i}"), Default::default());
+            c.metadata.labels = Some([(labels::NODE_POOL.to_owned(), "default".to_owned())].into());
+            c
+        })
+        .collect();
+    let state =
+        ClusterState::from_objects(&fleet.pods, &fleet.nodes, &launching, &[], &fleet.pdbs, &fleet.pools, now())
+            .unwrap();
+    let (pool, allowed, _) = allowances(&state, DisruptionReason::Empty, now()).remove(0);
+    assert_eq!((pool.as_str(), allowed), ("default", 1));
+    let types = fleet.types.clone();
+    let types_for = move |_: &NodePool| types.clone();
+    let pass = compute(&Inputs { state: &state, types_for: &types_for, settings: &Settings::default(), now: now() });
+    assert_eq!(pass.commands.iter().map(|c| c.candidates.len()).sum::<usize>(), 1, "{pass:?}");
+}
+
+/// A node whose instance type its provider no longer lists has drifted (`InstanceTypeNotFound`), and one
+/// with no known price (its provider's offerings could not be read) can still be emptied; only
+/// consolidation, which weighs prices, leaves it.
+#[test]
+fn vanished_types_drift_and_unpriced_nodes_can_still_be_emptied() {
+    use CapacityType::*;
+    let fleet = Fleet { types: vec![itype("m5.large", 2, 0, &[("a", OnDemand, 0.096)])], ..Default::default() }
+        .pool("default", json!({"spec": {"disruption": {"budgets": [{"nodes": "100%"}]}}}))
+        .node("retired", "default", "m5.large", "a", OnDemand)
+        .pod("p", "retired", "1", 0, json!({}));
+    let state = fleet.state();
+    let pass_with = |types: Vec<InstanceType>| {
+        let types_for = move |_: &NodePool| types.clone();
+        compute(&Inputs { state: &state, types_for: &types_for, settings: &Settings::default(), now: now() })
+    };
+    // The provider lists another type now.
+    let pass = pass_with(vec![itype("m6i.large", 2, 0, &[("a", OnDemand, 0.096)])]);
+    assert_eq!(pass.method, Some(Method::Drift), "{pass:?}");
+    assert_eq!(pass.commands[0].reason, DisruptionReason::Drifted);
+    let (cands, _) = candidates(&state, &|_: &NodePool| vec![itype("m6i.large", 2, 0, &[])], now());
+    assert_eq!(cands[0].drift.as_deref(), Some(INSTANCE_TYPE_NOT_FOUND));
+    // No types at all: nothing is known to be gone, and the empty node is deleted all the same.
+    let empty = Fleet { types: Vec::new(), ..Default::default() }
+        .pool("default", json!({"spec": {"disruption": {"budgets": [{"nodes": "100%"}]}}}));
+    let mut empty = empty;
+    empty.nodes = fleet.nodes.clone();
+    let state = empty.state();
+    let types_for = |_: &NodePool| Vec::<InstanceType>::new();
+    let pass = compute(&Inputs { state: &state, types_for: &types_for, settings: &Settings::default(), now: now() });
+    assert_eq!(pass.method, Some(Method::Emptiness), "{pass:?}");
+    let (cands, _) = candidates(&state, &types_for, now());
+    assert_eq!(cands[0].drift, None);
+    assert_eq!(cands[0].consolidation_block.as_deref(), Some("its offering has no known price"));
+}
+
+/// With no pod event yet, `consolidateAfter` counts from when the claim became Initialized, as
+/// Karpenter counts, not from its creation: a claim that booted slowly is not consolidated the moment it
+/// is ready.
+#[test]
+fn consolidate_after_counts_from_initialization_without_a_pod_event() {
+    use CapacityType::*;
+    let fleet = Fleet { types: vec![itype("m5.large", 2, 0, &[("a", OnDemand, 0.096)])], ..Default::default() }
+        .pool("default", json!({"spec": {"disruption": {"consolidateAfter": "30m", "budgets": [{"nodes": "100%"}]}}}))
+        .node("slow", "default", "m5.large", "a", OnDemand);
+    let mut state = fleet.state();
+    let claim = std::sync::Arc::make_mut(state.nodes[0].claim.as_mut().unwrap());
+    claim.metadata.creation_timestamp =
+        Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time("2026-03-04T10:00:00Z".parse().unwrap()));
+    // Created two hours ago, Initialized ten minutes ago, no pod event since.
+    let status = claim.status.get_or_insert_with(Default::default);
+    status.last_pod_event_time = None;
+    status.conditions.retain(|c| c.type_ != crate::api::condition_types::INITIALIZED);
+    let initialized: Timestamp = "2026-03-04T11:50:00Z".parse().unwrap();
+    claim.set_condition(
+        crate::api::condition_types::INITIALIZED,
+        crate::api::ConditionStatus::True,
+        "Initialized",
+        "",
+        initialized,
+    );
+    let types = fleet.types.clone();
+    let (cands, _) = candidates(&state, &move |_: &NodePool| types.clone(), now());
+    assert!(!cands[0].consolidatable, "{:?}", cands[0].consolidation_block);
+    assert!(
+        cands[0].consolidation_block.as_deref().is_some_and(|b| b.contains("10m")),
+        "{:?}",
+        cands[0].consolidation_block
+    );
+}

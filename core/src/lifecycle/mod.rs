@@ -16,7 +16,7 @@ use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 
-use crate::api::{ConditionStatus, NodeClaim, NodeClaimStatus, NodePool, condition_types, labels, parse_duration};
+use crate::api::{ConditionStatus, NodeClaim, NodeClaimStatus, NodePool, condition_types, labels};
 use crate::clock;
 use crate::cloud::{CapacityType, CloudError, Instance, ProviderRegistry, UnavailableOfferings};
 pub use crate::cloud::{Interruption, InterruptionKind};
@@ -251,7 +251,7 @@ impl Lifecycle {
     /// else the `registration-timeout` setting.
     pub fn registration_timeout(&self, pool: Option<&NodePool>) -> Duration {
         pool.and_then(|p| p.annotation(labels::NODECLAIM_REGISTRATION_TIMEOUT))
-            .and_then(|t| parse_duration(t).ok())
+            .and_then(|t| crate::api::parse_go_duration(t).ok())
             .unwrap_or(self.settings.registration_timeout)
     }
 
@@ -894,6 +894,9 @@ fn record_launch(claim: &mut NodeClaim, i: &Instance, now: Timestamp) {
 /// finalizer and owner reference; removes the unregistered taint and labels the node registered.
 fn register(claim: &mut NodeClaim, mut node: Node) -> Node {
     let meta = &mut node.metadata;
+    // Read from the node's own labels, before the claim's are merged in, as Karpenter reads it.
+    let sync_taints =
+        meta.labels.as_ref().and_then(|l| l.get(labels::DO_NOT_SYNC_TAINTS)).map(String::as_str) != Some("true");
     let node_labels = meta.labels.get_or_insert_with(BTreeMap::new);
     for (k, v) in claim.metadata.labels.iter().flatten() {
         node_labels.insert(k.clone(), v.clone());
@@ -902,9 +905,8 @@ fn register(claim: &mut NodeClaim, mut node: Node) -> Node {
     let annotations = meta.annotations.get_or_insert_with(BTreeMap::new);
     let hash_keys = [labels::NODEPOOL_HASH, labels::NODEPOOL_HASH_VERSION];
     for (k, v) in claim.metadata.annotations.iter().flatten().filter(|(k, _)| !hash_keys.contains(&k.as_str())) {
-        annotations.entry(k.clone()).or_insert_with(|| v.clone());
+        annotations.insert(k.clone(), v.clone());
     }
-    let sync_taints = annotations.get(labels::DO_NOT_SYNC_TAINTS).map(String::as_str) != Some("true");
     let finalizers = meta.finalizers.get_or_insert_with(Vec::new);
     if !finalizers.iter().any(|f| f == labels::TERMINATION_FINALIZER) {
         finalizers.push(labels::TERMINATION_FINALIZER.into());
@@ -943,7 +945,7 @@ pub fn initialization_blocker(claim: &NodeClaim, node: &Node) -> Option<String> 
     {
         return Some(format!("startup taint {} is still present", t.key));
     }
-    if let Some(t) = taints.iter().find(|t| labels::KNOWN_EPHEMERAL_TAINTS.contains(&t.key.as_str())) {
+    if let Some(t) = taints.iter().find(|t| labels::is_known_ephemeral_taint(&t.key, &t.effect)) {
         return Some(format!("taint {} is still present", t.key));
     }
     let allocatable = node.status.as_ref().and_then(|s| s.allocatable.clone()).unwrap_or_default();

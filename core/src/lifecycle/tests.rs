@@ -271,6 +271,48 @@ async fn registration_syncs_the_node_and_initialization_waits_for_gpus() {
     assert_eq!(w.node_("node-c1").metadata.labels.as_ref().unwrap()[labels::INITIALIZED], "true");
 }
 
+/// `karpenter.sh/do-not-sync-taints` is a label of the node (an annotation of that name does nothing),
+/// and a `readiness.k8s.io/` taint keeps the node from initializing, whatever its effect, until it goes.
+#[tokio::test]
+async fn the_do_not_sync_label_and_readiness_taints_are_read_as_karpenter_reads_them() {
+    let taints = |w: &World, node: &str| -> Vec<String> {
+        let n = w.node_(node);
+        n.spec.as_ref().and_then(|s| s.taints.clone()).unwrap_or_default().into_iter().map(|t| t.key).collect()
+    };
+    for (meta, synced) in [("labels", false), ("annotations", true)] {
+        let mut w = World::new();
+        w.claim("c1", vec![], json!({"cpu": "1"}));
+        let mut c = (*w.claim_("c1")).clone();
+        c.spec.taints = vec![crate::scheduling::taints::taint("dedicated", Some("ml"), "NoSchedule")];
+        w.api.lock().put_claim(c);
+        w.step("c1").await;
+        w.kubelet_registers("c1", true, json!({"cpu": "8"}));
+        let mut n = (*w.node_("node-c1")).clone();
+        let map = [(labels::DO_NOT_SYNC_TAINTS.to_owned(), "true".to_owned())].into();
+        if meta == "labels" {
+            n.metadata.labels = Some(map)
+        } else {
+            n.metadata.annotations = Some(map)
+        }
+        n.spec.as_mut().unwrap().taints.as_mut().unwrap().push(crate::scheduling::taints::taint(
+            "readiness.k8s.io/network",
+            None,
+            "NoExecute",
+        ));
+        w.api.lock().put_node(n);
+        w.step("c1").await;
+        assert_eq!(taints(&w, "node-c1").contains(&"dedicated".to_owned()), synced, "do-not-sync-taints as {meta}");
+        let claim = w.claim_("c1");
+        assert!(claim.is_true(condition_types::REGISTERED));
+        assert!(!claim.is_initialized(), "a readiness taint is ephemeral: not initialized while it stays");
+        let mut n = (*w.node_("node-c1")).clone();
+        n.spec.as_mut().unwrap().taints.as_mut().unwrap().retain(|t| !t.key.starts_with("readiness.k8s.io/"));
+        w.api.lock().put_node(n);
+        w.step("c1").await;
+        assert!(w.claim_("c1").is_initialized());
+    }
+}
+
 #[tokio::test]
 async fn two_nodes_with_one_provider_id_is_an_error_condition() {
     let mut w = World::new();

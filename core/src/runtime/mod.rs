@@ -256,6 +256,14 @@ impl Runtime {
         match built {
             Ok(mut s) => {
                 self.disruption.queue.apply(&mut s);
+                let nominated: HashSet<&str> = self.nominations.targets(now).collect();
+                if !nominated.is_empty() {
+                    for n in &mut s.nodes {
+                        let claim = n.claim.as_ref().map(|c| c.name());
+                        n.nominated =
+                            nominated.contains(n.name.as_str()) || claim.is_some_and(|c| nominated.contains(c));
+                    }
+                }
                 Some(s)
             }
             Err(e) => {
@@ -896,5 +904,31 @@ mod tests {
         assert!(pool.template_drifted(&claim("stale", Some(("333", Some(TEMPLATE_HASH_VERSION))))));
         assert!(!pool.template_drifted(&claim("karpenter", Some(("333", Some("v3"))))), "re-hashed, not drifted");
         assert!(!pool.template_drifted(&claim("unhashed", None)));
+    }
+
+    /// The nodes and claims pods are nominated to are marked in the state the decisions read, until the
+    /// nomination runs out.
+    #[test]
+    fn nominations_mark_their_nodes_until_they_run_out() {
+        let clock = crate::clock::VirtualClock::at_epoch();
+        let api = InMemoryApi::new(clock.now());
+        for name in ["n1", "n2"] {
+            let node: k8s_openapi::api::core::v1::Node =
+                serde_json::from_value(serde_json::json!({"metadata": {"name": name}})).unwrap();
+            api.lock().put_node(node);
+        }
+        let mut rt = Runtime::new(
+            clock.clone(),
+            ProviderRegistry::new(),
+            Settings::default(),
+            counter_names(Default::default()),
+        );
+        let now = clock.now();
+        rt.nominations.nominate("default/p", "n2", clock::add(now, Duration::from_secs(20)));
+        let state = rt.state(&api.snapshot(), now).unwrap();
+        let nominated: Vec<&str> = state.nodes.iter().filter(|n| n.nominated).map(|n| n.name.as_str()).collect();
+        assert_eq!(nominated, ["n2"]);
+        let later = clock::add(now, Duration::from_secs(21));
+        assert!(rt.state(&api.snapshot(), later).unwrap().nodes.iter().all(|n| !n.nominated));
     }
 }
