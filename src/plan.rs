@@ -75,13 +75,14 @@ pub struct UnschedulableOutput {
 /// Loads the snapshot and computes the plan.
 pub fn compute(files: &[PathBuf], settings: &Settings, now: Timestamp) -> Result<PlanOutput> {
     let snapshot = Snapshot::load_files(files)?;
-    let state = ClusterState::from_objects(
+    let state = ClusterState::from_objects_with_storage(
         &snapshot.pods,
         &snapshot.nodes,
         &snapshot.node_claims,
         &snapshot.daemon_sets,
         &snapshot.pdbs,
         &snapshot.node_pools,
+        &snapshot.storage(),
         now,
     )
     .context("reading the snapshot")?;

@@ -269,6 +269,24 @@ fn karpenter_hashes_drift_only_the_claim_whose_template_changed() {
 }
 
 #[test]
+fn persistent_volumes_pin_their_pods_to_the_volumes_zone() {
+    let v = plan("volume-zones.yaml");
+    // db-0's volume is in us-east-1b: it takes the room of the node there.
+    let existing = &v["provisioning"]["existingNodes"];
+    assert_eq!(existing, &serde_json::json!([{"node": "in-b", "pods": ["shop/db-0"]}]), "{v}");
+    // db-1 gets a claim in its class's only allowed zone.
+    let [claim] = claims(&v).as_slice() else { panic!("one claim: {v}") };
+    assert_eq!(claim["pods"], serde_json::json!(["shop/db-1"]));
+    assert_eq!(requirement(claim, "topology.kubernetes.io/zone").unwrap()["values"], serde_json::json!(["us-east-1c"]));
+    assert_eq!(launch(claim).1, "us-east-1c");
+    // db-2 waits for its claim: nothing is bought for it, and it is not unschedulable either.
+    assert_eq!(v["provisioning"]["unschedulable"], serde_json::json!([]));
+    // `ledger` would fit on in-b, but its volume is in us-east-1a: in-a is not deleted onto it.
+    assert!(v["disruption"]["commands"].as_array().unwrap().is_empty(), "{v}");
+    assert_eq!(stays(&v["disruption"], "in-a"), "can't replace with a lower-priced node");
+}
+
+#[test]
 fn multi_node_consolidation_folds_three_nodes_into_one() {
     let d = disruption("disrupt-multi.yaml");
     assert_eq!(d["method"], "MultiNodeConsolidation");

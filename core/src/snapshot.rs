@@ -10,8 +10,9 @@ use std::fmt;
 use std::path::Path;
 
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{Node, Pod, PodSpec};
+use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod, PodSpec};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::Deserialize;
@@ -48,6 +49,14 @@ pub struct Snapshot {
     pub node_claims: Vec<NodeClaim>,
     /// Instance catalogs, in the order they were read.
     pub catalogs: Vec<InstanceCatalog>,
+    /// PersistentVolumes.
+    pub persistent_volumes: Vec<PersistentVolume>,
+    /// PersistentVolumeClaims, with `metadata.namespace` defaulted to `default`.
+    pub persistent_volume_claims: Vec<PersistentVolumeClaim>,
+    /// StorageClasses.
+    pub storage_classes: Vec<StorageClass>,
+    /// CSINodes.
+    pub csi_nodes: Vec<CSINode>,
 }
 
 /// An input error naming the file, the document (1-based index within the file), the object
@@ -125,7 +134,7 @@ impl At<'_> {
     }
 }
 
-const NAMESPACED: [&str; 3] = ["Pod", "DaemonSet", "PodDisruptionBudget"];
+const NAMESPACED: [&str; 4] = ["Pod", "DaemonSet", "PodDisruptionBudget", "PersistentVolumeClaim"];
 
 fn object_name(kind: &str, value: &Value) -> String {
     let text = |pointer| value.pointer(pointer).and_then(Value::as_str).filter(|s| !s.is_empty());
@@ -252,6 +261,35 @@ impl Snapshot {
         self.node_pools.extend(other.node_pools);
         self.node_claims.extend(other.node_claims);
         self.catalogs.extend(other.catalogs);
+        self.persistent_volumes.extend(other.persistent_volumes);
+        self.persistent_volume_claims.extend(other.persistent_volume_claims);
+        self.storage_classes.extend(other.storage_classes);
+        self.csi_nodes.extend(other.csi_nodes);
+    }
+
+    /// The storage objects, keyed as the decisions read them (a later object of one name replaces an
+    /// earlier one).
+    pub fn storage(&self) -> crate::cluster::Storage {
+        use std::sync::Arc;
+        let by_name = |meta: &ObjectMeta| meta.name.clone().unwrap_or_default();
+        crate::cluster::Storage {
+            volumes: Arc::new(
+                self.persistent_volumes.iter().map(|v| (by_name(&v.metadata), Arc::new(v.clone()))).collect(),
+            ),
+            claims: Arc::new(
+                self.persistent_volume_claims
+                    .iter()
+                    .map(|c| {
+                        let ns = c.metadata.namespace.as_deref().unwrap_or("default");
+                        (format!("{ns}/{}", by_name(&c.metadata)), Arc::new(c.clone()))
+                    })
+                    .collect(),
+            ),
+            classes: Arc::new(
+                self.storage_classes.iter().map(|c| (by_name(&c.metadata), Arc::new(c.clone()))).collect(),
+            ),
+            csi_nodes: Arc::new(self.csi_nodes.iter().map(|c| (by_name(&c.metadata), Arc::new(c.clone()))).collect()),
+        }
     }
 
     /// Every catalog's instance types; a type named again in a later catalog replaces the earlier one (in the
@@ -302,7 +340,8 @@ impl Snapshot {
             return Ok(());
         }
         let expected = match kind {
-            "Pod" | "Node" => "v1",
+            "Pod" | "Node" | "PersistentVolume" | "PersistentVolumeClaim" => "v1",
+            "StorageClass" | "CSINode" => "storage.k8s.io/v1",
             "DaemonSet" => "apps/v1",
             "PodDisruptionBudget" => "policy/v1",
             "NodePool" | "NodeClaim" => "karpenter.sh/v1",
@@ -344,6 +383,14 @@ impl Snapshot {
                 default_namespace(&mut pdb.metadata);
                 self.pdbs.push(pdb);
             }
+            "PersistentVolume" => self.persistent_volumes.push(at.typed(&object, value)?),
+            "PersistentVolumeClaim" => {
+                let mut pvc: PersistentVolumeClaim = at.typed(&object, value)?;
+                default_namespace(&mut pvc.metadata);
+                self.persistent_volume_claims.push(pvc);
+            }
+            "StorageClass" => self.storage_classes.push(at.typed(&object, value)?),
+            "CSINode" => self.csi_nodes.push(at.typed(&object, value)?),
             "NodePool" => {
                 let pool: NodePool = at.typed(&object, value)?;
                 pool.validate().map_err(|e| at.validation(e))?;

@@ -192,6 +192,7 @@ struct Objects<'a, P, N, C> {
     daemon_sets: &'a [DaemonSet],
     pdbs: &'a [PodDisruptionBudget],
     pools: &'a [NodePool],
+    storage: &'a crate::cluster::Storage,
 }
 
 /// Everything the decisions read.
@@ -293,7 +294,25 @@ impl ClusterState {
         pools: &[NodePool],
         now: Timestamp,
     ) -> Result<Self, StateError> {
-        let objects = Objects { pods, nodes, claims, daemon_sets, pdbs, pools };
+        Self::from_objects_with_storage(pods, nodes, claims, daemon_sets, pdbs, pools, &Default::default(), now)
+    }
+
+    /// As [`ClusterState::from_objects`], with the storage objects the pods' volumes name: each pod
+    /// is pinned to where its volumes are or may be provisioned
+    /// ([`volume_requirements`](crate::scheduling::volume_requirements)), and a pod
+    /// whose claim, volume or class does not exist yet is not provisioned for.
+    #[allow(clippy::too_many_arguments)]
+    pub fn from_objects_with_storage<'a>(
+        pods: impl IntoIterator<Item = &'a Pod>,
+        nodes: impl IntoIterator<Item = &'a Node>,
+        claims: impl IntoIterator<Item = &'a NodeClaim>,
+        daemon_sets: &[DaemonSet],
+        pdbs: &[PodDisruptionBudget],
+        pools: &[NodePool],
+        storage: &crate::cluster::Storage,
+        now: Timestamp,
+    ) -> Result<Self, StateError> {
+        let objects = Objects { pods, nodes, claims, daemon_sets, pdbs, pools, storage };
         Self::build(objects, now, &mut PodInfoCache::default())
     }
 
@@ -304,16 +323,16 @@ impl ClusterState {
         now: Timestamp,
         cache: &mut PodInfoCache,
     ) -> Result<Self, StateError> {
-        Self::from_shared(
-            snapshot.pods.values(),
-            snapshot.nodes.values(),
-            snapshot.claims.values(),
-            &snapshot.daemon_sets,
-            &snapshot.pdbs,
-            &snapshot.pools,
-            now,
-            cache,
-        )
+        let objects = Objects {
+            pods: snapshot.pods.values(),
+            nodes: snapshot.nodes.values(),
+            claims: snapshot.claims.values(),
+            daemon_sets: &snapshot.daemon_sets,
+            pdbs: &snapshot.pdbs,
+            pools: &snapshot.pools,
+            storage: &snapshot.storage,
+        };
+        Self::build(objects, now, cache)
     }
 
     /// As [`ClusterState::from_objects`], from objects shared behind `Arc`s (a watch cache, the
@@ -330,7 +349,7 @@ impl ClusterState {
         now: Timestamp,
         cache: &mut PodInfoCache,
     ) -> Result<Self, StateError> {
-        let objects = Objects { pods, nodes, claims, daemon_sets, pdbs, pools };
+        let objects = Objects { pods, nodes, claims, daemon_sets, pdbs, pools, storage: &Default::default() };
         Self::build(objects, now, cache)
     }
 
@@ -347,7 +366,7 @@ impl ClusterState {
         NI: IntoIterator<Item = N>,
         CI: IntoIterator<Item = C>,
     {
-        let Objects { pods, nodes, claims, daemon_sets, pdbs, pools } = objects;
+        let Objects { pods, nodes, claims, daemon_sets, pdbs, pools, storage } = objects;
         let mut state = ClusterState { pdbs: pdbs.to_vec(), pools: pools.to_vec(), ..Default::default() };
         let nodes: Vec<N> = nodes.into_iter().collect();
         let claims: Vec<C> = claims.into_iter().collect();
@@ -499,6 +518,27 @@ impl ClusterState {
                 None => Arc::new(PodInfo::from_pod(pod)?),
             };
             let terminal = crate::cluster::pod_finished(pod);
+            // Where its volumes are, or may be provisioned: for a pod still to be placed and for one
+            // consolidation may move. Injected afresh each build, as claims bind without the pod changing.
+            let mut volumes_ready = true;
+            let has_volumes = pod.spec.as_ref().and_then(|s| s.volumes.as_ref()).is_some_and(|v| !v.is_empty());
+            let info = if has_volumes && !terminal {
+                match crate::scheduling::volume_requirements(pod, storage) {
+                    Ok(r) if r.is_empty() => info,
+                    Ok(r) => {
+                        let mut pinned = PodInfo::clone(&info);
+                        pinned.node_selector.add_all(&r);
+                        Arc::new(pinned)
+                    }
+                    Err(e) => {
+                        tracing::debug!(error = %e, "not provisioned for until its volumes exist");
+                        volumes_ready = false;
+                        info
+                    }
+                }
+            } else {
+                info
+            };
             let i = state.pods.len();
             if let Some(n) = info.node_name.as_ref().and_then(|n| by_name.get(n))
                 && !terminal
@@ -515,7 +555,7 @@ impl ClusterState {
                 .and_then(|s| s.conditions.as_ref())
                 .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready"))
                 .is_some_and(|c| c.status == "False");
-            let provisionable = !terminal && !static_pod && !info.daemon && provisionable(pod);
+            let provisionable = volumes_ready && !terminal && !static_pod && !info.daemon && provisionable(pod);
             let terminating = pod.metadata.deletion_timestamp.is_some();
             let provisionable = provisionable && !terminating;
             state.pods.push(StatePod { info, terminal, static_pod, terminating, start_time, not_ready, provisionable });

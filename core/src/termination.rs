@@ -49,8 +49,22 @@ fn group(pod: &Pod) -> DrainGroup {
     }
 }
 
-/// Whether the pod is drained at all: not finished, not a static pod, not tolerating the disruption taint.
-pub fn drainable(pod: &Pod) -> bool {
+/// How long past its deletion timestamp (its grace period's end) a terminating pod is awaited; after that
+/// it is stuck, as Karpenter judges, and no longer holds the drain.
+pub const STUCK_TERMINATING: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Whether the pod is drained at all: not finished, not a static pod, not tolerating the disruption
+/// taint, and not stuck terminating (deleted, and a minute past its deletion timestamp).
+pub fn drainable(pod: &Pod, now: Timestamp) -> bool {
+    let stuck = pod
+        .metadata
+        .deletion_timestamp
+        .as_ref()
+        .is_some_and(|t| now > t.0 && crate::clock::since(now, t.0) > STUCK_TERMINATING);
+    !stuck && drained_at_all(pod)
+}
+
+fn drained_at_all(pod: &Pod) -> bool {
     let static_pod = pod.metadata.owner_references.iter().flatten().any(|o| o.kind == "Node");
     let disrupted = taints::taint(labels::DISRUPTED_TAINT, None, "NoSchedule");
     let tolerates = pod
@@ -78,7 +92,7 @@ pub async fn drain(
     grace_deadline: Option<Timestamp>,
     now: Timestamp,
 ) -> DrainStatus {
-    let mut on_node: Vec<&Pod> = snapshot.pods_on_node(node).map(|p| &**p).filter(|p| drainable(p)).collect();
+    let mut on_node: Vec<&Pod> = snapshot.pods_on_node(node).map(|p| &**p).filter(|p| drainable(p, now)).collect();
     let mut status = DrainStatus::default();
     if on_node.is_empty() {
         status.done = true;
@@ -207,6 +221,18 @@ mod tests {
 
     fn t(s: i64) -> Timestamp {
         Timestamp::from_second(1_767_225_600 + s).unwrap()
+    }
+
+    /// A pod stuck terminating (a minute past its deletion timestamp) no longer holds the drain, as
+    /// Karpenter judges; one still inside its grace period does.
+    #[tokio::test]
+    async fn pods_stuck_terminating_do_not_block_the_drain() {
+        let deleted_at = |at: i64| json!({"metadata": {"deletionTimestamp": serde_json::to_value(t(at)).unwrap(), "finalizers": ["example.com/hold"]}});
+        let s = step(&cluster(vec![pod("stuck", deleted_at(0))]), None, t(30)).await;
+        assert!(!s.done, "inside the minute it is awaited");
+        let s = step(&cluster(vec![pod("stuck", deleted_at(0))]), None, t(61)).await;
+        assert!(s.done, "{s:?}");
+        assert!(s.evicted.is_empty() && s.forced.is_empty(), "nothing is asked of it: {s:?}");
     }
 
     #[tokio::test]

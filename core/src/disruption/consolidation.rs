@@ -419,8 +419,20 @@ impl<'a> Simulator<'a> {
     fn replace(&self, cands: &[&Candidate], plan: &ClaimPlan, price: f64, multi: bool) -> Result<Command, String> {
         let s = self.settings();
         let reqs = &plan.requirements;
+        // Several nodes replaced by one of their own type must beat the cheapest of them: otherwise keeping
+        // that node and deleting the rest saves as much and moves fewer pods (Karpenter's
+        // filterOutSameInstanceType).
+        let ceiling = if multi {
+            cands
+                .iter()
+                .filter(|c| plan.instance_types.iter().any(|t| **t == *c.instance_type))
+                .map(|c| c.price)
+                .fold(price, f64::min)
+        } else {
+            price
+        };
         let mut kept: Vec<usize> = (0..plan.types.len())
-            .filter(|&i| worst_launch_price(&plan.types[i], reqs).is_some_and(|w| w < price))
+            .filter(|&i| worst_launch_price(&plan.types[i], reqs).is_some_and(|w| w < ceiling))
             .collect();
         let all_spot = cands.iter().all(|c| c.capacity_type == Some(CapacityType::Spot));
         let spot_allowed = reqs.get(labels::CAPACITY_TYPE).is_none_or(|r| r.has(CapacityType::Spot.as_str()));

@@ -532,8 +532,9 @@ fn multi_node_consolidation_merges_half_empty_nodes() {
     let c = &pass.commands[0];
     assert_eq!(c.candidates.len(), 3, "all three go");
     assert_eq!(c.decision, Decision::Replace);
-    assert_eq!(c.replacements[0].instance_types[0], "m.4");
-    assert!((c.savings_per_hour - (1.20 - 0.40)).abs() < 1e-9, "{}", c.savings_per_hour);
+    // An m.8 costs what each candidate does: only the cheaper m.4 may replace them.
+    assert_eq!(c.replacements[0].instance_types, ["m.4"]);
+    assert!((c.savings_per_hour - (1.20 - 0.20)).abs() < 1e-9, "{}", c.savings_per_hour);
 }
 
 /// Pending pods and the pods of a node already being deleted need the fleet's free room first: a candidate whose pod
@@ -843,4 +844,26 @@ fn consolidate_after_counts_from_initialization_without_a_pod_event() {
         "{:?}",
         cands[0].consolidation_block
     );
+}
+
+/// Multi-node consolidation never replaces nodes with one of their own instance type unless it is cheaper
+/// than the cheapest of them (Karpenter's `filterOutSameInstanceType`): keeping one of the nodes and
+/// deleting the others moves fewer pods for the same saving.
+#[test]
+fn multi_node_consolidation_keeps_a_node_rather_than_buy_its_twin() {
+    use CapacityType::*;
+    let fleet = Fleet { types: vec![itype("m.8", 8, 0, &[("a", OnDemand, 0.40)])], ..Default::default() }
+        .pool("default", json!({"spec": {"disruption": {"budgets": [{"nodes": "100%"}]}}}))
+        .node("a1", "default", "m.8", "a", OnDemand)
+        .node("a2", "default", "m.8", "a", OnDemand)
+        .node("a3", "default", "m.8", "a", OnDemand)
+        .pod("p1", "a1", "1", 0, json!({}))
+        .pod("p2", "a2", "1", 0, json!({}))
+        .pod("p3", "a3", "1", 0, json!({}));
+    let pass = fleet.pass();
+    assert_eq!(pass.method, Some(Method::MultiNodeConsolidation), "{pass:?}");
+    let c = &pass.commands[0];
+    assert_eq!(c.decision, Decision::Delete, "{c:?}");
+    assert_eq!(c.candidates.len(), 2);
+    assert!(c.replacements.is_empty());
 }

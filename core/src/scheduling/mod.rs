@@ -11,6 +11,7 @@ mod requirements;
 mod scheduler;
 pub mod taints;
 mod topology;
+mod volumes;
 pub mod workload;
 
 pub use daemon::{DaemonPod, MAX_REALIZATIONS, daemon_overhead};
@@ -22,6 +23,7 @@ pub use scheduler::{
     ClaimPlan, ExistingNode, Launch, NodePlacement, Packing, PoolInput, Results, Scheduler, SchedulerOptions,
     Unschedulable, offering_ok,
 };
+pub use volumes::{VolumeError, volume_requirements};
 
 #[cfg(test)]
 mod tests;
