@@ -287,6 +287,16 @@ fn persistent_volumes_pin_their_pods_to_the_volumes_zone() {
 }
 
 #[test]
+fn a_node_out_of_volume_attachments_takes_no_pod_with_a_volume() {
+    let v = plan("volume-attach-limit.yaml");
+    let existing = &v["provisioning"]["existingNodes"];
+    assert_eq!(existing, &serde_json::json!([{"node": "in-b", "pods": ["shop/web"]}]), "{v}");
+    let [claim] = claims(&v).as_slice() else { panic!("one claim: {v}") };
+    assert_eq!(claim["pods"], serde_json::json!(["shop/db"]));
+    assert_eq!(launch(claim).1, "us-east-1b", "its volume's zone");
+}
+
+#[test]
 fn multi_node_consolidation_folds_three_nodes_into_one() {
     let d = disruption("disrupt-multi.yaml");
     assert_eq!(d["method"], "MultiNodeConsolidation");

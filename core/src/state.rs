@@ -50,6 +50,9 @@ pub struct StateNode {
     /// Whether provisioning nominated a pending pod to it lately: it is no disruption candidate while
     /// the nomination holds, as Karpenter leaves a nominated node alone.
     pub nominated: bool,
+    /// The volume attachments each CSI driver allows on it (its CSINode's `allocatable.count`), and
+    /// how many the volumes of its pods take, by driver.
+    pub volume_limits: Vec<(String, i64, i64)>,
     /// Indexes into [`ClusterState::pods`] of the pods bound to it.
     pub pods: Vec<usize>,
 }
@@ -88,6 +91,7 @@ impl StateNode {
             available: self.available(),
             host_ports: self.host_ports.clone(),
             accepts_pods: !self.deleting && !self.unschedulable,
+            volume_room: self.volume_limits.iter().map(|(d, limit, used)| (d.clone(), limit - used)).collect(),
         }
     }
 }
@@ -438,6 +442,7 @@ impl ClusterState {
             let initialized = claim.as_ref().is_some_and(|c| c.is_initialized())
                 || node_labels.get(labels::INITIALIZED).map(String::as_str) == Some("true");
             by_name.insert(name.clone(), state.nodes.len());
+            let volume_limits = csi_limits(storage, &name);
             state.nodes.push(StateNode {
                 name,
                 ready: node_ready(node),
@@ -454,6 +459,7 @@ impl ClusterState {
                 deleting,
                 initialized,
                 nominated: false,
+                volume_limits,
                 pods: Vec::new(),
             });
         }
@@ -499,6 +505,7 @@ impl ClusterState {
                 initialized: false,
                 unschedulable: false,
                 nominated: false,
+                volume_limits: Vec::new(),
                 pods: Vec::new(),
             });
         }
@@ -523,11 +530,12 @@ impl ClusterState {
             let mut volumes_ready = true;
             let has_volumes = pod.spec.as_ref().and_then(|s| s.volumes.as_ref()).is_some_and(|v| !v.is_empty());
             let info = if has_volumes && !terminal {
-                match crate::scheduling::volume_requirements(pod, storage) {
-                    Ok(r) if r.is_empty() => info,
-                    Ok(r) => {
+                match crate::scheduling::volume_placement(pod, storage) {
+                    Ok(p) if p.requirements.is_empty() && p.attachments.is_empty() => info,
+                    Ok(p) => {
                         let mut pinned = PodInfo::clone(&info);
-                        pinned.node_selector.add_all(&r);
+                        pinned.node_selector.add_all(&p.requirements);
+                        pinned.volumes = p.attachments;
                         Arc::new(pinned)
                     }
                     Err(e) => {
@@ -546,6 +554,11 @@ impl ClusterState {
                 let node = &mut state.nodes[*n];
                 node.requested.add_assign(&info.requests);
                 node.host_ports.extend(info.host_ports.iter().cloned());
+                for (driver, count) in &info.volumes {
+                    if let Some(l) = node.volume_limits.iter_mut().find(|(d, _, _)| d == driver) {
+                        l.2 += i64::from(*count);
+                    }
+                }
                 node.pods.push(i);
             }
             let static_pod = pod.metadata.owner_references.iter().flatten().any(|o| o.kind == "Node");
@@ -607,6 +620,17 @@ impl ClusterState {
     pub fn pool_nodes<'a>(&'a self, pool: &'a str) -> impl Iterator<Item = &'a StateNode> + 'a {
         self.nodes.iter().filter(move |n| n.pool.as_deref() == Some(pool))
     }
+}
+
+/// The attach limit each CSI driver publishes on node `name` (its CSINode's `allocatable.count`), with
+/// nothing used yet.
+fn csi_limits(storage: &crate::cluster::Storage, name: &str) -> Vec<(String, i64, i64)> {
+    let Some(csi) = storage.csi_nodes.get(name) else { return Vec::new() };
+    csi.spec
+        .drivers
+        .iter()
+        .filter_map(|d| Some((d.name.clone(), i64::from(d.allocatable.as_ref()?.count?), 0)))
+        .collect()
 }
 
 /// Requirements of a node's labels, for compatibility checks.

@@ -23,7 +23,7 @@ pub use scheduler::{
     ClaimPlan, ExistingNode, Launch, NodePlacement, Packing, PoolInput, Results, Scheduler, SchedulerOptions,
     Unschedulable, offering_ok,
 };
-pub use volumes::{VolumeError, volume_requirements};
+pub use volumes::{VolumeError, VolumePlacement, volume_placement, volume_requirements};
 
 #[cfg(test)]
 mod tests;

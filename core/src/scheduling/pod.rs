@@ -166,6 +166,9 @@ pub struct PodInfo {
     pub node_name: Option<String>,
     /// Whether a DaemonSet owns the pod.
     pub daemon: bool,
+    /// The volume attachments its persistent volumes take on its node, per CSI driver. Read from the
+    /// cluster's storage when the state is built, not from the pod alone: empty from [`PodInfo::from_pod`].
+    pub volumes: Vec<(String, u32)>,
 }
 
 /// A pod that cannot be understood.
@@ -371,6 +374,7 @@ impl PodInfo {
             priority: spec.priority.unwrap_or(0),
             node_name: spec.node_name.clone().filter(|n| !n.is_empty()),
             daemon,
+            volumes: Vec::new(),
         })
     }
 

@@ -66,6 +66,9 @@ pub struct ExistingNode {
     /// Whether it may take pods (false for nodes being deleted, or, when consolidating, nodes inside their
     /// own `consolidateAfter`).
     pub accepts_pods: bool,
+    /// The volume attachments it has room for, per CSI driver that publishes a limit on it (its
+    /// CSINode's `allocatable.count` less the volumes of its pods); a driver not listed has no limit.
+    pub volume_room: Vec<(String, i64)>,
 }
 
 /// Knobs of one scheduling pass.
@@ -238,6 +241,7 @@ struct Node {
     available: Resources,
     host_ports: Vec<HostPort>,
     accepts_pods: bool,
+    volume_room: Vec<(String, i64)>,
     pods: Vec<usize>,
 }
 
@@ -426,6 +430,7 @@ impl Scheduler {
                     available: n.available,
                     host_ports: n.host_ports,
                     accepts_pods: n.accepts_pods,
+                    volume_room: n.volume_room,
                     pods: Vec::new(),
                 }
             })
@@ -642,6 +647,11 @@ impl Scheduler {
                 let node = &mut self.nodes[n];
                 node.available.sub_assign(&pod.requests);
                 node.host_ports.extend(pod.host_ports.iter().cloned());
+                for (driver, n) in &pod.volumes {
+                    if let Some((_, room)) = node.volume_room.iter_mut().find(|(d, _)| d == driver) {
+                        *room -= i64::from(*n);
+                    }
+                }
                 node.pods.push(i);
                 let labels_of = &node.info.labels;
                 self.topology.record(selecting, &groups, &|k| labels_of.get(k).cloned().map(Landed::Named));
@@ -795,6 +805,12 @@ impl Scheduler {
             return false;
         }
         if pod.host_ports.iter().any(|p| node.host_ports.iter().any(|q| p.conflicts(q))) {
+            return false;
+        }
+        // CSI attach limits, as Karpenter's volume usage checks them on existing nodes.
+        let over_limit =
+            |(driver, n): &(String, u32)| node.volume_room.iter().any(|(d, room)| d == driver && i64::from(*n) > *room);
+        if pod.volumes.iter().any(over_limit) {
             return false;
         }
         if !groups.is_empty() || !inverse.is_empty() {

@@ -83,6 +83,7 @@ fn existing_nodes_are_filled_before_anything_is_bought() {
         available: Resources::cpu_memory(2000, 8 << 30).with(ResourceName::PODS, 10),
         host_ports: vec![],
         accepts_pods: true,
+        volume_room: Vec::new(),
     };
     let r = solve(
         vec![input(NodePool::new("default", NodePoolSpec::default()), sized_catalog(8))],
@@ -172,6 +173,7 @@ fn anti_affinity_of_running_pods_keeps_matching_pods_away() {
         available: Resources::cpu_memory(8000, 32 << 30).with(ResourceName::PODS, 10),
         host_ports: vec![],
         accepts_pods: true,
+        volume_room: Vec::new(),
     };
     let noisy = pod_with("noisy", "1", json!({}), json!({"team": "noisy"}));
     let r = Scheduler::new(
@@ -418,6 +420,7 @@ fn node_taints_policy_honor_ignores_pods_on_untolerated_nodes() {
         available: Resources::ZERO,
         host_ports: vec![],
         accepts_pods: true,
+        volume_room: Vec::new(),
     };
     let spread = |policy: &str| {
         json!({"topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone", "whenUnsatisfiable": "DoNotSchedule",

@@ -50,15 +50,39 @@ fn operator(op: &str) -> Option<Operator> {
     })
 }
 
-/// The requirements `pod`'s volumes add to it, read from `storage`. Nothing when the storage holds no
-/// claims at all (a snapshot without storage objects: nothing is known). A claim that does not exist, or
-/// names a volume or class that does not, is an error: the pod waits for it, as Karpenter leaves it.
+/// Where a pod's volumes let it run.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct VolumePlacement {
+    /// The node requirements its volumes add.
+    pub requirements: Requirements,
+    /// The attachments its volumes take on its node, per CSI driver (the bound volume's driver, else the
+    /// class's provisioner), sorted by driver.
+    pub attachments: Vec<(String, u32)>,
+}
+
+/// The requirements `pod`'s volumes add to it, read from `storage`
+/// ([`volume_placement`]'s requirements).
 pub fn volume_requirements(pod: &Pod, storage: &Storage) -> Result<Requirements, VolumeError> {
-    let mut out = Requirements::new();
-    let Some(volumes) = pod.spec.as_ref().and_then(|s| s.volumes.as_ref()) else { return Ok(out) };
+    volume_placement(pod, storage).map(|p| p.requirements)
+}
+
+/// Where `pod`'s volumes let it run, read from `storage`. Nothing when the storage holds no claims at
+/// all (a snapshot without storage objects: nothing is known). A claim that does not exist, or names a
+/// volume or class that does not, is an error: the pod waits for it, as Karpenter leaves it.
+pub fn volume_placement(pod: &Pod, storage: &Storage) -> Result<VolumePlacement, VolumeError> {
+    let mut placement = VolumePlacement::default();
+    let Some(volumes) = pod.spec.as_ref().and_then(|s| s.volumes.as_ref()) else { return Ok(placement) };
     if storage.claims.is_empty() {
-        return Ok(out);
+        return Ok(placement);
     }
+    let out = &mut placement.requirements;
+    let mut attach = |driver: Option<&str>| {
+        let Some(driver) = driver.filter(|d| !d.is_empty()) else { return };
+        match placement.attachments.iter_mut().find(|(d, _)| d == driver) {
+            Some((_, n)) => *n += 1,
+            None => placement.attachments.push((driver.to_owned(), 1)),
+        }
+    };
     let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
     let pod_name = pod.metadata.name.as_deref().unwrap_or_default();
     let error = |message: String| VolumeError { pod: format!("{namespace}/{pod_name}"), message };
@@ -92,6 +116,7 @@ pub fn volume_requirements(pod: &Pod, storage: &Storage) -> Result<Requirements,
                 return Err(error(format!("PersistentVolume {volume_name} does not exist")));
             };
             let spec = pv.spec.as_ref();
+            attach(spec.and_then(|s| s.csi.as_ref()).map(|c| c.driver.as_str()));
             let local = spec.is_some_and(|s| s.local.is_some() || s.host_path.is_some());
             let term = spec
                 .and_then(|s| s.node_affinity.as_ref())
@@ -108,13 +133,15 @@ pub fn volume_requirements(pod: &Pod, storage: &Storage) -> Result<Requirements,
             let Some(class) = storage.classes.get(&class_name) else {
                 return Err(error(format!("StorageClass {class_name} does not exist")));
             };
+            attach(Some(class.provisioner.as_str()));
             let term = class.allowed_topologies.as_ref().and_then(|t| t.first());
             for e in term.and_then(|t| t.match_label_expressions.as_ref()).into_iter().flatten() {
                 out.add(Requirement::is_in(key(&e.key), e.values.iter().cloned()));
             }
         }
     }
-    Ok(out)
+    placement.attachments.sort();
+    Ok(placement)
 }
 
 #[cfg(test)]

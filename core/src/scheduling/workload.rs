@@ -117,6 +117,7 @@ pub fn diverse_pods(n: usize, seed: u64) -> Vec<PodInfo> {
                 priority: 0,
                 node_name: None,
                 daemon: false,
+                volumes: Vec::new(),
             });
         }
     }
