@@ -107,6 +107,8 @@ pub struct StatePod {
     pub static_pod: bool,
     /// Whether it is being deleted (it has a deletion timestamp).
     pub terminating: bool,
+    /// Whether a StatefulSet owns it.
+    pub stateful: bool,
     /// When it started running (`status.startTime`), if it did.
     pub start_time: Option<Timestamp>,
     /// Whether its `Ready` condition is `False` (a PDB with `unhealthyPodEvictionPolicy: AlwaysAllow`
@@ -115,6 +117,16 @@ pub struct StatePod {
     /// Whether provisioning may buy capacity for it, as Karpenter's `IsProvisionable` judges: see
     /// [`provisionable`].
     pub provisionable: bool,
+}
+
+impl StatePod {
+    /// Whether the pod needs a new place when its node goes, as Karpenter's `IsReschedulable` judges:
+    /// active (not finished, not terminating), or a StatefulSet's pod terminating (its replacement must
+    /// wait for it to go, and will need the room); never a DaemonSet's or a static pod. A pod tolerating
+    /// the `karpenter.sh/disrupted` taint still needs one: only the drain leaves it be.
+    pub fn reschedulable(&self) -> bool {
+        !self.terminal && (!self.terminating || self.stateful) && !self.info.daemon && !self.static_pod
+    }
 }
 
 /// Whether provisioning may buy capacity for `pod`, as Karpenter's `IsProvisionable` judges: not bound,
@@ -570,8 +582,18 @@ impl ClusterState {
                 .is_some_and(|c| c.status == "False");
             let provisionable = volumes_ready && !terminal && !static_pod && !info.daemon && provisionable(pod);
             let terminating = pod.metadata.deletion_timestamp.is_some();
+            let stateful = pod.metadata.owner_references.iter().flatten().any(|o| o.kind == "StatefulSet");
             let provisionable = provisionable && !terminating;
-            state.pods.push(StatePod { info, terminal, static_pod, terminating, start_time, not_ready, provisionable });
+            state.pods.push(StatePod {
+                info,
+                terminal,
+                static_pod,
+                terminating,
+                stateful,
+                start_time,
+                not_ready,
+                provisionable,
+            });
         }
         cache.entries = seen;
         for ds in daemon_sets {
@@ -590,13 +612,14 @@ impl ClusterState {
         self.pods.iter().filter(|p| p.info.node_name.is_none() && !p.terminal && !p.info.daemon)
     }
 
-    /// Pods that must move because their node is being deleted (DaemonSet and finished pods excepted).
+    /// Pods that must move because their node is being deleted: those [`StatePod::reschedulable`] says
+    /// need a new place.
     pub fn evicted_pods(&self) -> impl Iterator<Item = &StatePod> {
         self.nodes
             .iter()
             .filter(|n| n.deleting)
             .flat_map(|n| n.pods.iter().map(|i| &self.pods[*i]))
-            .filter(|p| !p.terminal && !p.info.daemon)
+            .filter(|p| p.reschedulable())
     }
 
     /// Pods that need a place: the pending pods provisioning may buy for ([`provisionable`]), then the

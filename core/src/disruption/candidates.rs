@@ -85,11 +85,9 @@ pub fn pod_cost(pod: &StatePod) -> f64 {
     cost.clamp(-10.0, 10.0)
 }
 
-/// Whether the pod moves when its node goes, as Karpenter's `IsReschedulable` judges: active (not
-/// finished, not terminating), not a DaemonSet's and not a static pod. A pod tolerating the
-/// `karpenter.sh/disrupted` taint still moves: only the drain leaves it be.
+/// Whether the pod moves when its node goes ([`StatePod::reschedulable`]).
 pub fn reschedulable(pod: &StatePod) -> bool {
-    !pod.terminal && !pod.terminating && !pod.info.daemon && !pod.static_pod
+    pod.reschedulable()
 }
 
 /// Whether a `karpenter.sh/do-not-disrupt` annotation on the pod holds at `now`

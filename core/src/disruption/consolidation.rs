@@ -461,7 +461,7 @@ impl<'a> Simulator<'a> {
         if kept.is_empty() {
             let on_demand = cands.iter().all(|c| c.capacity_type == Some(CapacityType::OnDemand));
             if on_demand && spot_allowed && s.od_to_spot_consolidation {
-                return self.od_to_spot(cands, plan, price);
+                return self.od_to_spot(cands, plan, price, ceiling);
             }
             return Err("can't replace with a lower-priced node".into());
         }
@@ -514,14 +514,16 @@ impl<'a> Simulator<'a> {
 
     /// The on-demand → spot retry: re-price the claim as spot-only in the zones whose spot offerings beat
     /// the candidate, and pin the launch there.
-    fn od_to_spot(&self, cands: &[&Candidate], plan: &ClaimPlan, price: f64) -> Result<Command, String> {
+    /// `ceiling` bounds each option's price (the candidates' price, or for several nodes that of the
+    /// cheapest one whose type the options include); `price` is what the savings are counted against.
+    fn od_to_spot(&self, cands: &[&Candidate], plan: &ClaimPlan, price: f64, ceiling: f64) -> Result<Command, String> {
         let mut spot = plan.requirements.clone();
         spot.add(Requirement::is_in(labels::CAPACITY_TYPE, [CapacityType::Spot.as_str()]));
         let mut zones: Vec<String> = plan
             .types
             .iter()
             .flat_map(|it| {
-                it.offerings.iter().filter(|o| offering_ok(o, &spot) && o.price < price).map(|o| o.zone.clone())
+                it.offerings.iter().filter(|o| offering_ok(o, &spot) && o.price < ceiling).map(|o| o.zone.clone())
             })
             .collect();
         zones.sort();
@@ -531,7 +533,7 @@ impl<'a> Simulator<'a> {
         }
         spot.add(Requirement::is_in(labels::ZONE, zones.iter().cloned()));
         let kept: Vec<usize> = (0..plan.types.len())
-            .filter(|&i| worst_launch_price(&plan.types[i], &spot).is_some_and(|w| w < price))
+            .filter(|&i| worst_launch_price(&plan.types[i], &spot).is_some_and(|w| w < ceiling))
             .collect();
         if kept.is_empty() {
             return Err("can't replace with a lower-priced node, even as spot in its cheaper zones".into());

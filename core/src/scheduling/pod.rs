@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::{
     Container, NodeSelectorTerm, Pod, PodAffinityTerm, PodSpec, Toleration, TopologySpreadConstraint,
 };
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
 
 use super::requirements::{Requirement, Requirements};
 use crate::api::{Operator, labels};
@@ -95,7 +95,8 @@ pub struct TopologyTerm {
     pub key: String,
     /// Which pods are counted.
     pub selector: Selector,
-    /// The namespaces whose pods are counted.
+    /// The namespaces whose pods are counted; empty for every namespace (an affinity term's
+    /// `namespaceSelector: {}`).
     pub namespaces: Vec<String>,
     /// Spread: the largest allowed difference between domains.
     pub max_skew: i32,
@@ -248,7 +249,15 @@ fn term_requirements(term: &NodeSelectorTerm) -> Requirements {
 
 fn affinity_term(kind: TopologyKind, namespace: &str, t: &PodAffinityTerm) -> TopologyTerm {
     let mut namespaces = t.namespaces.clone().unwrap_or_default();
-    if namespaces.is_empty() {
+    // `namespaceSelector: {}` selects every namespace. A selector with terms would need the Namespace
+    // objects' labels, which the state does not hold: its term counts the listed namespaces (or the pod's).
+    let every = t.namespace_selector.as_ref().is_some_and(|s| {
+        s.match_labels.as_ref().is_none_or(|m| m.is_empty())
+            && s.match_expressions.as_ref().is_none_or(|e| e.is_empty())
+    });
+    if every {
+        namespaces.clear();
+    } else if namespaces.is_empty() {
         namespaces.push(namespace.to_owned());
     }
     namespaces.sort();
@@ -264,11 +273,28 @@ fn affinity_term(kind: TopologyKind, namespace: &str, t: &PodAffinityTerm) -> To
     }
 }
 
-fn spread_term(namespace: &str, c: &TopologySpreadConstraint, tolerations: &[Toleration]) -> TopologyTerm {
+fn spread_term(
+    namespace: &str,
+    c: &TopologySpreadConstraint,
+    tolerations: &[Toleration],
+    pod_labels: &BTreeMap<String, String>,
+) -> TopologyTerm {
+    // `matchLabelKeys`: the pod's own values of those keys narrow the selector (a key it lacks is
+    // ignored), so each revision of a Deployment spreads on its own.
+    let mut selector = c.label_selector.clone();
+    for key in c.match_label_keys.iter().flatten() {
+        let Some(value) = pod_labels.get(key) else { continue };
+        let s = selector.get_or_insert_with(Default::default);
+        s.match_expressions.get_or_insert_with(Vec::new).push(LabelSelectorRequirement {
+            key: key.clone(),
+            operator: "In".into(),
+            values: Some(vec![value.clone()]),
+        });
+    }
     TopologyTerm {
         kind: TopologyKind::Spread,
         key: labels::normalize(&c.topology_key).to_owned(),
-        selector: Selector::from_label_selector(c.label_selector.as_ref()),
+        selector: Selector::from_label_selector(selector.as_ref()),
         namespaces: vec![namespace.to_owned()],
         max_skew: c.max_skew.max(1),
         min_domains: c.min_domains,
@@ -307,11 +333,12 @@ impl PodInfo {
         let mut topology = Vec::new();
         let mut soft_spreads = Vec::new();
         let tolerations = spec.tolerations.clone().unwrap_or_default();
+        let pod_labels = pod.metadata.labels.clone().unwrap_or_default();
         for c in spec.topology_spread_constraints.iter().flatten() {
             if c.when_unsatisfiable == "ScheduleAnyway" {
-                soft_spreads.push(spread_term(&namespace, c, &tolerations));
+                soft_spreads.push(spread_term(&namespace, c, &tolerations, &pod_labels));
             } else {
-                topology.push(spread_term(&namespace, c, &tolerations));
+                topology.push(spread_term(&namespace, c, &tolerations, &pod_labels));
             }
         }
         let pod_affinity = spec.affinity.as_ref().and_then(|a| a.pod_affinity.as_ref());
@@ -359,7 +386,7 @@ impl PodInfo {
         Ok(Self {
             key,
             namespace,
-            labels: pod.metadata.labels.clone().unwrap_or_default(),
+            labels: pod_labels,
             annotations: pod.metadata.annotations.clone().unwrap_or_default(),
             requests,
             node_selector,

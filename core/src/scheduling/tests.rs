@@ -1,5 +1,7 @@
 //! Scheduler behaviour, one constraint kind at a time, and the worked examples of the specification.
 
+use std::sync::Arc;
+
 use k8s_openapi::api::core::v1::Pod;
 use serde_json::{Value, json};
 
@@ -498,4 +500,83 @@ fn a_label_that_must_exist_does_not_meet_one_that_must_not() {
     let mut both = Requirements::new();
     both.add(exists);
     assert!(both.intersects(&pod).is_ok());
+}
+
+fn zone_node(name: &str, zone: &str) -> ExistingNode {
+    ExistingNode {
+        name: name.into(),
+        labels: [(labels::ZONE.to_owned(), zone.to_owned()), (labels::HOSTNAME.to_owned(), name.to_owned())].into(),
+        taints: vec![],
+        available: Resources::cpu_memory(8000, 32 << 30).with(ResourceName::PODS, 10),
+        host_ports: vec![],
+        accepts_pods: true,
+        volume_room: Vec::new(),
+    }
+}
+
+/// `matchLabelKeys` narrows a spread to the pods sharing the pod's own values of those keys: a new
+/// revision spreads on its own, whatever the old one's pods do.
+#[test]
+fn topology_spread_honours_match_label_keys() {
+    let spread = |keys: serde_json::Value| {
+        json!({"topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone",
+            "whenUnsatisfiable": "DoNotSchedule", "labelSelector": {"matchLabels": {"app": "web"}}, "matchLabelKeys": keys}]})
+    };
+    let run = |keys: serde_json::Value| {
+        let old: Vec<(Arc<PodInfo>, String)> = (0..2)
+            .map(|i| {
+                let p = pod_with(&format!("old-{i}"), "500m", spread(keys.clone()), json!({"app": "web", "rev": "1"}));
+                (Arc::new(p), "n-a".to_owned())
+            })
+            .collect();
+        let new = pod_with("new-0", "500m", spread(keys), json!({"app": "web", "rev": "2"}));
+        Scheduler::new(
+            vec![input(NodePool::new("default", NodePoolSpec::default()), sized_catalog(4))],
+            vec![zone_node("n-a", "zone-a")],
+            old,
+            &[],
+            SchedulerOptions::default(),
+        )
+        .solve(vec![new])
+    };
+    let r = run(json!(["rev"]));
+    assert_eq!(r.existing.len(), 1, "revision 2 has no pod anywhere yet: zone-a is as good as any");
+    let r = run(json!([]));
+    assert!(r.existing.is_empty(), "counting revision 1, zone-a is two ahead");
+}
+
+/// Pod anti-affinity with `namespaceSelector: {}` counts the pods of every namespace; without it, only
+/// the pod's own.
+#[test]
+fn pod_anti_affinity_honours_an_empty_namespace_selector() {
+    let run = |namespace_selector: Option<serde_json::Value>| {
+        let mut term =
+            json!({"topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLabels": {"app": "db"}}});
+        if let Some(s) = namespace_selector {
+            term["namespaceSelector"] = s;
+        }
+        let mut other: Pod = serde_json::from_value(json!({
+            "metadata": {"name": "db", "namespace": "other", "labels": {"app": "db"}},
+            "spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": "500m"}}}]}
+        }))
+        .unwrap();
+        other.spec.as_mut().unwrap().node_name = Some("n-a".into());
+        let bound = vec![(Arc::new(PodInfo::from_pod(&other).unwrap()), "n-a".to_owned())];
+        let pod = pod_with(
+            "app",
+            "500m",
+            json!({"affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}}}),
+            json!({}),
+        );
+        Scheduler::new(
+            vec![input(NodePool::new("default", NodePoolSpec::default()), sized_catalog(4))],
+            vec![zone_node("n-a", "zone-a")],
+            bound,
+            &[],
+            SchedulerOptions::default(),
+        )
+        .solve(vec![pod])
+    };
+    assert!(run(Some(json!({}))).existing.is_empty(), "the db pod of namespace other counts");
+    assert_eq!(run(None).existing.len(), 1, "only namespace default counts");
 }

@@ -36,7 +36,8 @@ pub(crate) struct Group {
 
 impl Group {
     fn selects(&self, pod: &PodInfo) -> bool {
-        self.term.namespaces.contains(&pod.namespace) && self.term.selector.matches(&pod.labels)
+        (self.term.namespaces.is_empty() || self.term.namespaces.contains(&pod.namespace))
+            && self.term.selector.matches(&pod.labels)
     }
 
     /// Whether pods on a node with `taints` count for this group.
