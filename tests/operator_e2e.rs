@@ -266,13 +266,30 @@ fn one_of_two_replicas_leads_and_the_other_takes_over() {
 /// with `disruption` (a YAML flow map) as its disruption block, and a namespace
 /// `id`: the start of a test's manifests.
 fn kwok_pool(id: &str, disruption: &str) -> String {
+    let requirements = "[{key: karpenter.sh/capacity-type, operator: In, values: [on-demand]}]";
     format!(
         r#"apiVersion: tenon.dev/v1alpha1
 kind: KwokNodeClass
 metadata: {{name: {id}}}
 spec: {{}}
 ---
-apiVersion: karpenter.sh/v1
+{}
+  disruption: {disruption}
+---
+apiVersion: v1
+kind: Namespace
+metadata: {{name: {id}}}
+---
+"#,
+        node_pool(id, "KwokNodeClass", requirements)
+    )
+}
+
+/// A NodePool `id` of NodeClass `kind` (group `tenon.dev`, named `id`) with `requirements` (a YAML flow
+/// sequence), whose nodes are labelled `tenon.dev/e2e: id`; its `spec` may go on.
+fn node_pool(id: &str, kind: &str, requirements: &str) -> String {
+    format!(
+        r#"apiVersion: karpenter.sh/v1
 kind: NodePool
 metadata: {{name: {id}}}
 spec:
@@ -280,16 +297,8 @@ spec:
     metadata:
       labels: {{tenon.dev/e2e: {id}}}
     spec:
-      nodeClassRef: {{group: tenon.dev, kind: KwokNodeClass, name: {id}}}
-      requirements:
-      - {{key: karpenter.sh/capacity-type, operator: In, values: [on-demand]}}
-  disruption: {disruption}
----
-apiVersion: v1
-kind: Namespace
-metadata: {{name: {id}}}
----
-"#
+      nodeClassRef: {{group: tenon.dev, kind: {kind}, name: {id}}}
+      requirements: {requirements}"#
     )
 }
 
@@ -774,18 +783,10 @@ stringData: {{username: "{username}", password: "{password}"}}
 ---
 {}
 ---
-apiVersion: karpenter.sh/v1
-kind: NodePool
-metadata: {{name: {id}}}
-spec:
-  template:
-    metadata:
-      labels: {{tenon.dev/e2e: {id}}}
-    spec:
-      nodeClassRef: {{group: tenon.dev, kind: SelfManagedNodeClass, name: {id}}}
-      requirements: []
+{}
 "#,
-        class(&first)
+        class(&first),
+        node_pool(&id, "SelfManagedNodeClass", "[]")
     ) + &namespace_and_pod(&id, r#"{cpu: "2", memory: 4Gi}"#)
         .replace("  nodeSelector: {", "  nodeSelector: {topology.kubernetes.io/zone: rack-2, ");
     ok(&kubectl(&["apply", "--server-side", "-f", "-"], &manifests), "applying the objects");

@@ -515,18 +515,28 @@ fn a_changed_template_drifts_but_behavioural_fields_do_not() {
     assert_eq!(drift_reason(&state.nodes[0], &narrowed).as_deref(), Some("RequirementsDrifted"));
 }
 
+/// Three on-demand m.8 nodes of one pool, each running a one-CPU pod, over `types`.
+fn three_m8_nodes_with_a_pod_each(types: Vec<InstanceType>) -> Fleet {
+    use CapacityType::*;
+    let mut fleet = Fleet { types, ..Default::default() }
+        .pool("default", json!({"spec": {"disruption": {"budgets": [{"nodes": "100%"}]}}}));
+    for i in 1..=3 {
+        fleet = fleet.node(&format!("a{i}"), "default", "m.8", "a", OnDemand).pod(
+            &format!("p{i}"),
+            &format!("a{i}"),
+            "1",
+            0,
+            json!({}),
+        );
+    }
+    fleet
+}
+
 #[test]
 fn multi_node_consolidation_merges_half_empty_nodes() {
     use CapacityType::*;
     let types = vec![itype("m.4", 4, 0, &[("a", OnDemand, 0.20)]), itype("m.8", 8, 0, &[("a", OnDemand, 0.40)])];
-    let fleet = Fleet { types, ..Default::default() }
-        .pool("default", json!({"spec": {"disruption": {"budgets": [{"nodes": "100%"}]}}}))
-        .node("a1", "default", "m.8", "a", OnDemand)
-        .node("a2", "default", "m.8", "a", OnDemand)
-        .node("a3", "default", "m.8", "a", OnDemand)
-        .pod("p1", "a1", "1", 0, json!({}))
-        .pod("p2", "a2", "1", 0, json!({}))
-        .pod("p3", "a3", "1", 0, json!({}));
+    let fleet = three_m8_nodes_with_a_pod_each(types);
     let pass = fleet.pass();
     assert_eq!(pass.method, Some(Method::MultiNodeConsolidation));
     let c = &pass.commands[0];
@@ -852,14 +862,7 @@ fn consolidate_after_counts_from_initialization_without_a_pod_event() {
 #[test]
 fn multi_node_consolidation_keeps_a_node_rather_than_buy_its_twin() {
     use CapacityType::*;
-    let fleet = Fleet { types: vec![itype("m.8", 8, 0, &[("a", OnDemand, 0.40)])], ..Default::default() }
-        .pool("default", json!({"spec": {"disruption": {"budgets": [{"nodes": "100%"}]}}}))
-        .node("a1", "default", "m.8", "a", OnDemand)
-        .node("a2", "default", "m.8", "a", OnDemand)
-        .node("a3", "default", "m.8", "a", OnDemand)
-        .pod("p1", "a1", "1", 0, json!({}))
-        .pod("p2", "a2", "1", 0, json!({}))
-        .pod("p3", "a3", "1", 0, json!({}));
+    let fleet = three_m8_nodes_with_a_pod_each(vec![itype("m.8", 8, 0, &[("a", OnDemand, 0.40)])]);
     let pass = fleet.pass();
     assert_eq!(pass.method, Some(Method::MultiNodeConsolidation), "{pass:?}");
     let c = &pass.commands[0];

@@ -227,22 +227,25 @@ pub fn pod_requests(spec: &PodSpec) -> Result<Resources, (String, ResourceError)
     Ok(total)
 }
 
+/// A node selector operator as Kubernetes writes it; an unknown one selects no node.
+pub(crate) fn parse_operator(op: &str) -> Operator {
+    match op {
+        "In" => Operator::In,
+        "NotIn" => Operator::NotIn,
+        "Exists" => Operator::Exists,
+        "DoesNotExist" => Operator::DoesNotExist,
+        "Gt" => Operator::Gt,
+        "Lt" => Operator::Lt,
+        "Gte" => Operator::Gte,
+        "Lte" => Operator::Lte,
+        _ => Operator::DoesNotExist,
+    }
+}
+
 fn term_requirements(term: &NodeSelectorTerm) -> Requirements {
     let mut reqs = Requirements::new();
     for e in term.match_expressions.iter().flatten() {
-        let op = match e.operator.as_str() {
-            "In" => Operator::In,
-            "NotIn" => Operator::NotIn,
-            "Exists" => Operator::Exists,
-            "DoesNotExist" => Operator::DoesNotExist,
-            "Gt" => Operator::Gt,
-            "Lt" => Operator::Lt,
-            "Gte" => Operator::Gte,
-            "Lte" => Operator::Lte,
-            // An unknown operator selects no node.
-            _ => Operator::DoesNotExist,
-        };
-        reqs.add(Requirement::new(&e.key, op, e.values.as_deref().unwrap_or_default()));
+        reqs.add(Requirement::new(&e.key, parse_operator(&e.operator), e.values.as_deref().unwrap_or_default()));
     }
     reqs
 }

@@ -17,7 +17,7 @@
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 
 use super::{Requirement, Requirements};
-use crate::api::{Operator, labels};
+use crate::api::labels;
 use crate::cluster::Storage;
 
 /// The zone keys of CSI drivers' volume topology, read as [`labels::ZONE`].
@@ -36,18 +36,6 @@ pub struct VolumeError {
 
 fn key(key: &str) -> &str {
     if CSI_ZONE_KEYS.contains(&key) { labels::ZONE } else { key }
-}
-
-fn operator(op: &str) -> Option<Operator> {
-    Some(match op {
-        "In" => Operator::In,
-        "NotIn" => Operator::NotIn,
-        "Exists" => Operator::Exists,
-        "DoesNotExist" => Operator::DoesNotExist,
-        "Gt" => Operator::Gt,
-        "Lt" => Operator::Lt,
-        _ => return None,
-    })
 }
 
 /// Where a pod's volumes let it run.
@@ -126,7 +114,7 @@ pub fn volume_placement(pod: &Pod, storage: &Storage) -> Result<VolumePlacement,
                 if local && e.key == labels::HOSTNAME {
                     continue;
                 }
-                let Some(op) = operator(&e.operator) else { continue };
+                let op = super::pod::parse_operator(&e.operator);
                 out.add(Requirement::new(key(&e.key), op, e.values.as_deref().unwrap_or_default()));
             }
         } else if let Some(class_name) = class_name.filter(|c| !c.is_empty()) {
