@@ -32,6 +32,30 @@ fn worst_capacity_type(it: &InstanceType, reqs: &Requirements) -> Option<Capacit
     CapacityType::ALL.into_iter().find(|ct| it.offerings.iter().any(|o| o.capacity_type == *ct && offering_ok(o, reqs)))
 }
 
+/// The first `minValues` requirement of `plan` its options no longer meet, said for a person.
+fn unmet_min_values(plan: &ClaimPlan) -> Option<String> {
+    let reqs = &plan.requirements;
+    reqs.iter().find_map(|r| {
+        let min = r.min_values()?;
+        let mut values: Vec<&str> = Vec::new();
+        for it in &plan.types {
+            match r.key() {
+                labels::ZONE | labels::CAPACITY_TYPE => {
+                    for o in it.offerings.iter().filter(|o| offering_ok(o, reqs)) {
+                        values.push(if r.key() == labels::ZONE { o.zone.as_str() } else { o.capacity_type.as_str() });
+                    }
+                }
+                key => values.extend(it.label(key)),
+            }
+        }
+        values.sort_unstable();
+        values.dedup();
+        ((values.len() as u32) < min).then(|| {
+            format!("the cheaper options span {} value(s) of {}, below its minValues {min}", values.len(), r.key())
+        })
+    })
+}
+
 /// The capacity type a replacement onto the `kept` options of `types` is pinned to, so that no launch
 /// costs more than its worst case was priced at. Options may launch both spot and on-demand: spot, as
 /// Karpenter's `computeConsolidation` pins it (an on-demand fallback of an option priced as spot could
@@ -211,7 +235,16 @@ impl<'a> Simulator<'a> {
         if drifted.is_empty() {
             return (Vec::new(), Vec::new());
         }
-        drifted.sort_by_key(|c| (!c.lease_expired(), !c.is_empty()));
+        // Expired leases first, then the empty, then in the order they drifted (the Drifted condition's
+        // transition, as Karpenter orders them; a template drift with no condition yet goes last).
+        let drifted_at = |c: &Candidate| {
+            state.nodes[c.index]
+                .claim
+                .as_ref()
+                .and_then(|claim| claim.condition(crate::api::condition_types::DRIFTED))
+                .and_then(|d| d.last_transition_time)
+        };
+        drifted.sort_by_key(|c| (!c.lease_expired(), !c.is_empty(), drifted_at(c).is_none(), drifted_at(c)));
         let mut budget: HashMap<String, (u64, Option<String>)> =
             allowances(state, DisruptionReason::Drifted, self.inputs.now)
                 .into_iter()
@@ -488,6 +521,11 @@ impl<'a> Simulator<'a> {
         explanation: String,
     ) -> Result<Command, String> {
         let r = replacement(plan, Some(kept), pin);
+        // The price filter may have cut the options below a minValues of the pool's (Karpenter checks
+        // again after filtering, too).
+        if let Some(why) = unmet_min_values(&r.plan) {
+            return Err(format!("can't replace with a lower-priced node: {why}"));
+        }
         let savings = price - r.worst_case_price;
         let floor = self.settings().consolidation_replace_min_savings;
         self.check_min_savings(savings, price, floor, "consolidation-replace-min-savings")?;

@@ -870,3 +870,69 @@ fn multi_node_consolidation_keeps_a_node_rather_than_buy_its_twin() {
     assert_eq!(c.candidates.len(), 2);
     assert!(c.replacements.is_empty());
 }
+
+/// Drifted nodes go in the order they drifted, oldest first, as Karpenter orders them.
+#[test]
+fn drifted_nodes_are_replaced_in_the_order_they_drifted() {
+    use CapacityType::*;
+    let mut fleet = Fleet { types: vec![itype("m.8", 8, 0, &[("a", OnDemand, 0.40)])], ..Default::default() }
+        .pool("default", json!({"spec": {"disruption": {"budgets": [{"nodes": "1"}]}}}));
+    for n in ["late", "early", "middle"] {
+        fleet = fleet.node(n, "default", "m.8", "a", OnDemand).pod(&format!("p-{n}"), n, "1", 0, json!({}));
+    }
+    let mut state = fleet.state();
+    for (name, at) in
+        [("late", "2026-03-04T11:00:00Z"), ("early", "2026-03-04T09:00:00Z"), ("middle", "2026-03-04T10:00:00Z")]
+    {
+        let n = state.nodes.iter().position(|x| x.name == name).unwrap();
+        let claim = std::sync::Arc::make_mut(state.nodes[n].claim.as_mut().unwrap());
+        claim.set_condition(
+            crate::api::condition_types::DRIFTED,
+            crate::api::ConditionStatus::True,
+            "NodeClassDrifted",
+            "",
+            at.parse().unwrap(),
+        );
+    }
+    let types = fleet.types.clone();
+    let types_for = move |_: &NodePool| types.clone();
+    let pass = compute(&Inputs { state: &state, types_for: &types_for, settings: &Settings::default(), now: now() });
+    assert_eq!(pass.method, Some(Method::Drift), "{pass:?}");
+    assert_eq!(pass.commands.len(), 1, "one command per candidate");
+    assert_eq!(pass.commands[0].candidates[0].node, "early");
+}
+
+/// A consolidation replacement's options, cut to those cheaper than the node, must still meet the pool's
+/// `minValues`, as Karpenter checks after its price filter.
+#[test]
+fn a_replacement_cut_below_min_values_by_price_is_not_made() {
+    use CapacityType::*;
+    let family = |mut it: InstanceType, f: &str| {
+        it.labels.insert("example.com/family".into(), f.into());
+        it
+    };
+    let types = vec![
+        family(itype("a.4", 4, 0, &[("a", OnDemand, 0.20)]), "a"),
+        family(itype("a.8", 8, 0, &[("a", OnDemand, 0.40)]), "a"),
+        family(itype("b.8", 8, 0, &[("a", OnDemand, 0.50)]), "b"),
+    ];
+    let pool = |min: u32| {
+        json!({"spec": {"template": {"spec": {"requirements": [
+            {"key": "example.com/family", "operator": "In", "values": ["a", "b"], "minValues": min}]}},
+            "disruption": {"budgets": [{"nodes": "100%"}]}}})
+    };
+    let fleet = |min: u32| {
+        let mut f = Fleet { types: types.clone(), ..Default::default() }
+            .pool("default", pool(min))
+            .node("n", "default", "a.8", "a", OnDemand)
+            .pod("p", "n", "1", 0, json!({}));
+        f.nodes[0].metadata.labels.as_mut().unwrap().insert("example.com/family".into(), "a".into());
+        f
+    };
+    let pass = fleet(1).pass();
+    assert_eq!(pass.commands.len(), 1, "with minValues 1 the cheaper a.4 replaces it: {pass:?}");
+    let pass = fleet(2).pass();
+    assert!(pass.commands.is_empty(), "{pass:?}");
+    let note = pass.unconsolidatable.iter().find(|b| b.node == "n").unwrap();
+    assert!(note.reason.contains("minValues 2"), "{}", note.reason);
+}

@@ -320,6 +320,54 @@ impl<'a> OfferFilter<'a> {
     }
 }
 
+/// The values `key` takes on `it`: its zones or capacity types (of the offerings `filter` allows) for
+/// those keys, its label otherwise.
+fn values_of<'a>(it: &'a InstanceType, key: &str, filter: &'a OfferFilter<'_>) -> Vec<&'a str> {
+    match key {
+        labels::ZONE => it.offerings.iter().filter(|of| filter.ok(of)).map(|of| of.zone.as_str()).collect(),
+        labels::CAPACITY_TYPE => {
+            it.offerings.iter().filter(|of| filter.ok(of)).map(|of| of.capacity_type.as_str()).collect()
+        }
+        k => it.label(k).into_iter().collect(),
+    }
+}
+
+/// Cuts `priced` (options by price, cheapest first) to `max` options, keeping each `minValues`
+/// requirement of `reqs` satisfiable: when the cheapest `max` span too few values of its key, the
+/// cheapest options bringing a missing value are kept too, past `max`. (Karpenter would fail the claim
+/// instead; a claim whose minValues its own options meet is always better than none.)
+fn truncate_keeping_min_values<'a>(
+    priced: &mut Vec<(f64, u32)>,
+    max: usize,
+    reqs: &Requirements,
+    type_of: &dyn Fn(u32) -> &'a InstanceType,
+    filter: &OfferFilter<'_>,
+) {
+    if priced.len() <= max {
+        return;
+    }
+    let dropped = priced.split_off(max);
+    let kept = priced.len();
+    for r in reqs.iter() {
+        let Some(min) = r.min_values() else { continue };
+        let mut seen: BTreeSet<&str> =
+            priced.iter().flat_map(|(_, o)| values_of(type_of(*o), r.key(), filter)).collect();
+        for d in &dropped {
+            if seen.len() as u32 >= min {
+                break;
+            }
+            let values = values_of(type_of(d.1), r.key(), filter);
+            if values.iter().any(|v| !seen.contains(v)) && !priced.contains(d) {
+                seen.extend(values);
+                priced.push(*d);
+            }
+        }
+    }
+    if priced.len() > kept {
+        priced.sort_by(|a, b| a.0.total_cmp(&b.0).then_with(|| type_of(a.1).name.cmp(&type_of(b.1).name)));
+    }
+}
+
 /// Whether an offering is available and allowed by the zone, capacity-type and reservation requirements.
 pub fn offering_ok(o: &Offering, reqs: &Requirements) -> bool {
     o.available
@@ -917,15 +965,7 @@ impl Scheduler {
             if let Some(min) = r.min_values() {
                 let mut distinct = BTreeSet::new();
                 for o in &options {
-                    let te = &pool.types[*o as usize];
-                    match r.key() {
-                        labels::ZONE => distinct
-                            .extend(te.it.offerings.iter().filter(|of| filter.ok(of)).map(|of| of.zone.as_str())),
-                        labels::CAPACITY_TYPE => distinct.extend(
-                            te.it.offerings.iter().filter(|of| filter.ok(of)).map(|of| of.capacity_type.as_str()),
-                        ),
-                        k => distinct.extend(te.it.label(k)),
-                    }
+                    distinct.extend(values_of(&pool.types[*o as usize].it, r.key(), &filter));
                 }
                 if (distinct.len() as u32) < min {
                     return Err(format!(
@@ -1121,7 +1161,13 @@ impl Scheduler {
                 priced.sort_by(|a, b| {
                     a.0.total_cmp(&b.0).then_with(|| pool.types[a.1 as usize].name.cmp(&pool.types[b.1 as usize].name))
                 });
-                priced.truncate(self.options.max_instance_types.max(1));
+                truncate_keeping_min_values(
+                    &mut priced,
+                    self.options.max_instance_types.max(1),
+                    &reqs,
+                    &|o| &pool.types[o as usize].it,
+                    &filter,
+                );
                 let launch = priced.first().and_then(|(_, o)| {
                     let it = &pool.types[*o as usize].it;
                     it.offerings.iter().find(|of| usable(of, &reserved)).map(|of| (it, of.clone()))

@@ -333,6 +333,35 @@ fn claims_carry_at_most_the_configured_number_of_types_cheapest_first() {
     assert_eq!(names, ["c.1", "c.2", "c.3", "c.4", "c.5"]);
 }
 
+/// Cutting a claim's options to the most it carries keeps its `minValues` satisfiable: the cheapest
+/// options of the families the cut would lose stay too.
+#[test]
+fn truncation_keeps_min_values_satisfiable() {
+    let mut types = Vec::new();
+    for (family, base) in [("a", 0.01), ("b", 0.10), ("c", 0.20)] {
+        for size in 1..=4 {
+            let mut it = instance_type(
+                &format!("{family}.{size}"),
+                size,
+                4 * size,
+                0,
+                &zones3(),
+                base * size as f64,
+                base * size as f64 / 2.0,
+            );
+            it.labels.insert("example.com/family".into(), family.into());
+            types.push(it);
+        }
+    }
+    let pool = pool_from(json!({"spec": {"template": {"spec": {"requirements": [
+        {"key": "example.com/family", "operator": "In", "values": ["a", "b", "c"], "minValues": 3}]}}}}));
+    let opts = SchedulerOptions { max_instance_types: 4, ..SchedulerOptions::default() };
+    let r = Scheduler::new(vec![input(pool, types)], vec![], vec![], &[], opts).solve(vec![pod("p", "1")]);
+    assert!(r.unschedulable.is_empty(), "{:?}", r.unschedulable);
+    let names: Vec<&str> = r.claims[0].instance_types.iter().map(|n| &**n).collect();
+    assert_eq!(names, ["a.1", "a.2", "a.3", "a.4", "b.1", "c.1"], "the four cheapest, and the cheapest of b and c");
+}
+
 /// The cilium / gpu-plugin / tpu-plugin example, through the scheduler: the claim reserves 700m.
 #[test]
 fn claims_reserve_realization_aware_daemon_overhead() {
