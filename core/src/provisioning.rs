@@ -136,6 +136,7 @@ pub fn scheduler_options(settings: &Settings) -> SchedulerOptions {
         ignore_preferences: settings.preference_policy == PreferencePolicy::Ignore,
         price_ceiling: None,
         marginal_cost_packing: settings.marginal_cost_packing,
+        min_values_best_effort: settings.min_values_best_effort,
     }
 }
 
@@ -224,6 +225,9 @@ pub fn node_claim(plan: &ClaimPlan, pool: &NodePool, name: &str) -> NodeClaim {
     let mut annotations = template.metadata.annotations.clone();
     annotations.insert(labels::NODEPOOL_HASH.to_owned(), pool.template_hash());
     annotations.insert(labels::NODEPOOL_HASH_VERSION.to_owned(), crate::api::TEMPLATE_HASH_VERSION.to_owned());
+    if plan.min_values_relaxed {
+        annotations.insert(labels::NODECLAIM_MIN_VALUES_RELAXED.to_owned(), "true".to_owned());
+    }
     claim.metadata.annotations = Some(annotations);
     claim.metadata.finalizers = Some(vec![labels::TERMINATION_FINALIZER.to_owned()]);
     // Owned by its pool, so deleting the pool cascades to its claims (a pool read from a file has no UID).

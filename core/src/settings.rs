@@ -238,6 +238,13 @@ pub const SETTINGS: &[SettingSpec] = &[
         Kind::OneOf(&["Respect", "Ignore"]),
         "Whether scheduling honours preferred affinities and ScheduleAnyway spreads.",
     ),
+    s(
+        "min-values-policy",
+        "MIN_VALUES_POLICY",
+        "Strict",
+        Kind::OneOf(&["Strict", "BestEffort"]),
+        "Strict: a claim whose minValues its options cannot meet is not made; BestEffort: it is made with minValues lowered to what they meet, and annotated karpenter.sh/nodeclaim-min-values-relaxed.",
+    ),
     s("log-level", "LOG_LEVEL", "info", Kind::OneOf(&["error", "warn", "info", "debug", "trace"]), "Log verbosity."),
     s(
         "providers",
@@ -468,6 +475,9 @@ pub struct Settings {
     pub max_instance_types: u32,
     /// Preference policy.
     pub preference_policy: PreferencePolicy,
+    /// Whether a claim whose `minValues` cannot be met is made anyway, with them lowered
+    /// (`min-values-policy: BestEffort`).
+    pub min_values_best_effort: bool,
     /// Log level.
     pub log_level: String,
     /// The built-in providers to register (empty: all built in).
@@ -691,6 +701,7 @@ impl Settings {
             } else {
                 PreferencePolicy::Respect
             },
+            min_values_best_effort: one_of("min-values-policy")? == "BestEffort",
             log_level: one_of("log-level")?,
             providers: get("providers")
                 .1

@@ -125,6 +125,7 @@ orphanInstanceGrace: ORPHAN_INSTANCE_GRACE
 vanishedInstanceGrace: VANISHED_INSTANCE_GRACE
 maxInstanceTypes: MAX_INSTANCE_TYPES
 preferencePolicy: PREFERENCE_POLICY
+minValuesPolicy: MIN_VALUES_POLICY
 logLevel: LOG_LEVEL
 providers: PROVIDERS
 leaderElectionName: LEADER_ELECTION_NAME

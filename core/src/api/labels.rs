@@ -30,6 +30,9 @@ pub const NODECLAIM_REGISTRATION_TIMEOUT: &str = "karpenter.sh/nodeclaim-registr
 pub const NODEPOOL_HASH: &str = "karpenter.sh/nodepool-hash";
 /// Annotation on a NodePool: the version of the hashing scheme.
 pub const NODEPOOL_HASH_VERSION: &str = "karpenter.sh/nodepool-hash-version";
+/// Annotation on a NodeClaim: `"true"` when its `minValues` were lowered to what its options meet
+/// (`min-values-policy: BestEffort`).
+pub const NODECLAIM_MIN_VALUES_RELAXED: &str = "karpenter.sh/nodeclaim-min-values-relaxed";
 /// Annotation on a NodeClaim: when its termination grace period runs out.
 pub const NODECLAIM_TERMINATION_TIMESTAMP: &str = "karpenter.sh/nodeclaim-termination-timestamp";
 

@@ -366,6 +366,14 @@ impl Requirements {
         }
     }
 
+    /// Sets the requirement on `req`'s key to `req`, whatever was there.
+    pub fn replace(&mut self, req: Requirement) {
+        match self.0.binary_search_by(|r| r.key.as_str().cmp(&req.key)) {
+            Ok(i) => self.0[i] = req,
+            Err(i) => self.0.insert(i, req),
+        }
+    }
+
     /// Intersects every requirement of `other` into the set.
     pub fn add_all(&mut self, other: &Self) {
         for r in &other.0 {

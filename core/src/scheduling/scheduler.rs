@@ -82,11 +82,20 @@ pub struct SchedulerOptions {
     pub price_ceiling: Option<f64>,
     /// Whether a pool's packing-policy annotation is honoured (off: every pool packs fit-only).
     pub marginal_cost_packing: bool,
+    /// Whether a claim whose `minValues` its options cannot meet is made anyway, with them lowered to what
+    /// the options meet (`min-values-policy: BestEffort`).
+    pub min_values_best_effort: bool,
 }
 
 impl Default for SchedulerOptions {
     fn default() -> Self {
-        Self { max_instance_types: 600, ignore_preferences: false, price_ceiling: None, marginal_cost_packing: true }
+        Self {
+            max_instance_types: 600,
+            ignore_preferences: false,
+            price_ceiling: None,
+            marginal_cost_packing: true,
+            min_values_best_effort: false,
+        }
     }
 }
 
@@ -127,6 +136,9 @@ pub struct ClaimPlan {
     /// The most the claim could cost: the worst compatible offering of the first capacity type (reserved,
     /// spot, on-demand) it can use.
     pub worst_case_price: f64,
+    /// Whether some `minValues` of its requirements were lowered to what its options meet
+    /// (`min-values-policy: BestEffort`).
+    pub min_values_relaxed: bool,
 }
 
 impl ClaimPlan {
@@ -967,7 +979,7 @@ impl Scheduler {
                 for o in &options {
                     distinct.extend(values_of(&pool.types[*o as usize].it, r.key(), &filter));
                 }
-                if (distinct.len() as u32) < min {
+                if (distinct.len() as u32) < min && !self.options.min_values_best_effort {
                     return Err(format!(
                         "minValues {min} of {} cannot be met: only {} value(s) remain",
                         r.key(),
@@ -1192,7 +1204,29 @@ impl Scheduler {
                 }
                 Launch { instance_type: name, zone: of.zone, capacity_type: of.capacity_type, price: of.price }
             });
+            // BestEffort: a minValues the options cannot meet is lowered to what they do.
+            let mut min_values_relaxed = false;
+            if self.options.min_values_best_effort {
+                let filter = OfferFilter::new(&reqs, ceiling);
+                let lowered: Vec<Requirement> = reqs
+                    .iter()
+                    .filter_map(|r| {
+                        let min = r.min_values()?;
+                        let met: BTreeSet<&str> = types.iter().flat_map(|t| values_of(t, r.key(), &filter)).collect();
+                        ((met.len() as u32) < min).then(|| {
+                            let mut lower = r.clone();
+                            lower.set_min_values(Some(met.len() as u32));
+                            lower
+                        })
+                    })
+                    .collect();
+                for r in lowered {
+                    min_values_relaxed = true;
+                    reqs.replace(r);
+                }
+            }
             claims.push(ClaimPlan {
+                min_values_relaxed,
                 pool: pool.name.clone(),
                 pods: claim.pods.iter().map(|i| pods[*i].key.clone()).collect(),
                 instance_types: names,

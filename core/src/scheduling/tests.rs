@@ -362,6 +362,38 @@ fn truncation_keeps_min_values_satisfiable() {
     assert_eq!(names, ["a.1", "a.2", "a.3", "a.4", "b.1", "c.1"], "the four cheapest, and the cheapest of b and c");
 }
 
+/// `min-values-policy`: Strict makes no claim whose `minValues` its options cannot meet; BestEffort makes
+/// it with the floor lowered to what they meet, and the NodeClaim says so in an annotation.
+#[test]
+fn best_effort_lowers_min_values_that_cannot_be_met() {
+    let types: Vec<InstanceType> = ["a", "b", "c"]
+        .iter()
+        .enumerate()
+        .map(|(i, family)| {
+            let mut it = instance_type(&format!("{family}.2"), 2, 8, 0, &zones3(), 0.1 * (i + 1) as f64, 0.05);
+            it.labels.insert("example.com/family".into(), (*family).into());
+            it
+        })
+        .collect();
+    let pool = pool_from(json!({"spec": {"template": {"spec": {"requirements": [
+        {"key": "example.com/family", "operator": "Exists", "minValues": 4}]}}}}));
+    let run = |best_effort: bool| {
+        let opts = SchedulerOptions { min_values_best_effort: best_effort, ..SchedulerOptions::default() };
+        Scheduler::new(vec![input(pool.clone(), types.clone())], vec![], vec![], &[], opts).solve(vec![pod("p", "1")])
+    };
+    let strict = run(false);
+    assert!(strict.claims.is_empty());
+    assert!(strict.unschedulable[0].reason.contains("minValues 4"), "{}", strict.unschedulable[0].reason);
+    let relaxed = run(true);
+    let plan = &relaxed.claims[0];
+    assert!(plan.min_values_relaxed);
+    assert_eq!(plan.requirements.get("example.com/family").and_then(|r| r.min_values()), Some(3));
+    let claim = crate::provisioning::node_claim(plan, &pool, "default-x");
+    assert_eq!(claim.annotation(labels::NODECLAIM_MIN_VALUES_RELAXED), Some("true"));
+    let min = claim.spec.requirements.iter().find(|r| r.key == "example.com/family").and_then(|r| r.min_values);
+    assert_eq!(min, Some(3));
+}
+
 /// The cilium / gpu-plugin / tpu-plugin example, through the scheduler: the claim reserves 700m.
 #[test]
 fn claims_reserve_realization_aware_daemon_overhead() {
