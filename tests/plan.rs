@@ -366,12 +366,14 @@ fn balanced_explains_a_move_not_worth_its_disruption() {
 }
 
 #[test]
-fn static_drift_deletes_a_drifted_node_of_a_replica_pinned_pool() {
+fn static_drift_replaces_a_drifted_node_of_a_replica_pinned_pool_with_its_template() {
     let d = disruption("disrupt-static-drift.yaml");
     assert_eq!(d["method"], "StaticDrift");
     let c = &d["commands"][0];
-    assert_eq!((c["decision"].as_str(), c["reason"].as_str()), (Some("delete"), Some("Drifted")));
+    assert_eq!((c["decision"].as_str(), c["reason"].as_str()), (Some("replace"), Some("Drifted")));
     assert_eq!(c["candidates"][0]["nodeClaim"], "pinned-old");
+    // The replacement is a node of the pool's template, launched before the drifted one goes.
+    assert!(!c["replacements"][0]["instanceTypes"].as_array().unwrap().is_empty(), "{c}");
 }
 
 #[test]

@@ -129,6 +129,59 @@ pub fn pool_inputs(state: &ClusterState, types_for: &dyn Fn(&NodePool) -> Vec<In
         .collect()
 }
 
+/// The claim a static NodePool (`spec.replicas`) adds to keep its count: its template's requirements, and
+/// the instance types of `types` they allow, cheapest first (at most `max_types`). `None` when no type
+/// is allowed.
+pub fn static_claim_plan(pool: &NodePool, types: &[InstanceType], max_types: usize) -> Option<ClaimPlan> {
+    use crate::scheduling::{Launch, Requirement, Requirements, offering_ok};
+    let mut reqs = Requirements::from_api(&pool.spec.template.spec.requirements);
+    reqs.add(Requirement::is_in(labels::NODE_POOL, [pool.name().to_owned()]));
+    let allows = |it: &InstanceType| {
+        reqs.iter().all(|r| match r.key() {
+            labels::ZONE | labels::CAPACITY_TYPE | labels::NODE_POOL => true,
+            labels::INSTANCE_TYPE => r.has(&it.name),
+            key => r.matches(it.labels.get(key).map(String::as_str)) || labels::is_well_known(key),
+        })
+    };
+    let mut priced: Vec<(f64, &InstanceType)> = types
+        .iter()
+        .filter(|it| allows(it))
+        .filter_map(|it| {
+            it.offerings
+                .iter()
+                .filter(|o| offering_ok(o, &reqs))
+                .map(|o| o.price)
+                .min_by(f64::total_cmp)
+                .map(|p| (p, it))
+        })
+        .collect();
+    priced.sort_by(|a, b| a.0.total_cmp(&b.0).then_with(|| a.1.name.cmp(&b.1.name)));
+    priced.truncate(max_types.max(1));
+    let (_, first) = priced.first()?;
+    let launch = first.offerings.iter().filter(|o| offering_ok(o, &reqs)).min_by(|a, b| a.price.total_cmp(&b.price));
+    let worst = priced
+        .iter()
+        .flat_map(|(_, it)| it.offerings.iter().filter(|o| offering_ok(o, &reqs)).map(|o| o.price))
+        .fold(0.0_f64, f64::max);
+    Some(ClaimPlan {
+        pool: pool.name().to_owned(),
+        pods: Vec::new(),
+        instance_types: priced.iter().map(|(_, it)| std::sync::Arc::from(it.name.as_str())).collect(),
+        types: priced.iter().map(|(_, it)| std::sync::Arc::new((*it).clone())).collect(),
+        requirements: reqs.clone(),
+        requests: Resources::ZERO,
+        daemon_overhead: Resources::ZERO,
+        launch: launch.map(|o| Launch {
+            instance_type: first.name.clone(),
+            zone: o.zone.clone(),
+            capacity_type: o.capacity_type,
+            price: o.price,
+        }),
+        worst_case_price: worst,
+        min_values_relaxed: false,
+    })
+}
+
 /// Scheduler options from the settings.
 pub fn scheduler_options(settings: &Settings) -> SchedulerOptions {
     SchedulerOptions {

@@ -198,7 +198,9 @@ impl<'a> Simulator<'a> {
                 .collect();
         let mut chosen: Vec<&Candidate> = Vec::new();
         let mut notes = Vec::new();
-        for c in cands.iter().filter(|c| c.is_empty() && c.consolidatable && c.drift.is_none()) {
+        let state = self.inputs.state;
+        let dynamic = |c: &Candidate| state.pool(&c.pool).is_some_and(|p| p.spec.replicas.is_none());
+        for c in cands.iter().filter(|c| c.is_empty() && c.consolidatable && c.drift.is_none() && dynamic(c)) {
             match budget.get_mut(&c.pool) {
                 Some((left, _)) if *left > 0 => {
                     *left -= 1;
@@ -252,15 +254,43 @@ impl<'a> Simulator<'a> {
                 .collect();
         let mut notes = Vec::new();
         let mut empties = Vec::new();
+        let mut static_commands = Vec::new();
         for c in drifted {
             let Some((left, until)) = budget.get_mut(&c.pool) else { continue };
             if *left == 0 {
                 notes.push(budget_note(c, DisruptionReason::Drifted, until.as_deref()));
                 continue;
             }
-            if c.is_empty() || static_pools {
-                // A static pool keeps its replica count: its controller brings a node of the new template
-                // back as the drifted one goes, so no replacement is simulated.
+            if static_pools {
+                // A static pool keeps its replica count: a node of the new template is launched first, and
+                // the drifted one goes once it is initialized.
+                let Some(pool) = state.pool(&c.pool) else { continue };
+                let types = (self.inputs.types_for)(pool);
+                let max = self.settings().max_instance_types as usize;
+                let Some(plan) = crate::provisioning::static_claim_plan(pool, &types, max) else {
+                    notes.push(Blocked {
+                        node: c.node.clone(),
+                        reason: "drifted, but no instance type its template allows is offered".into(),
+                    });
+                    continue;
+                };
+                *left -= 1;
+                let r = replacement(&plan, None, None);
+                let likely = plan.launch.as_ref().map_or(0.0, |l| l.price);
+                static_commands.push(Command {
+                    decision: Decision::Replace,
+                    reason: DisruptionReason::Drifted,
+                    candidates: Self::refs(&[c]),
+                    replacements: vec![r],
+                    savings_per_hour: c.price - likely,
+                    explanation: format!(
+                        "drifted: {}; a node of the pool's template replaces it",
+                        c.drift.as_deref().unwrap_or("")
+                    ),
+                });
+                continue;
+            }
+            if c.is_empty() {
                 *left -= 1;
                 empties.push(c);
                 continue;
@@ -300,6 +330,9 @@ impl<'a> Simulator<'a> {
             };
             return (vec![command], notes);
         }
+        if static_pools {
+            return (static_commands, notes);
+        }
         if empties.is_empty() {
             return (Vec::new(), notes);
         }
@@ -309,11 +342,7 @@ impl<'a> Simulator<'a> {
             savings_per_hour: empties.iter().map(|c| c.price).sum(),
             candidates: Self::refs(&empties),
             replacements: Vec::new(),
-            explanation: if static_pools {
-                "drifted in a static pool; its replica count brings a node of the current template back".into()
-            } else {
-                "drifted and empty".into()
-            },
+            explanation: "drifted and empty".into(),
         };
         (vec![command], notes)
     }
@@ -326,7 +355,12 @@ impl<'a> Simulator<'a> {
         let mut out = Vec::new();
         for c in cands {
             let Some(pool) = state.pool(&c.pool) else { continue };
-            if let Some(why) = &c.consolidation_block {
+            if pool.spec.replicas.is_some() {
+                notes.push(Blocked {
+                    node: c.node.clone(),
+                    reason: "its NodePool is static (spec.replicas): its nodes are not consolidated".into(),
+                });
+            } else if let Some(why) = &c.consolidation_block {
                 notes.push(Blocked { node: c.node.clone(), reason: why.clone() });
             } else if pool.spec.disruption.consolidation_policy == ConsolidationPolicy::WhenEmpty {
                 if !c.is_empty() {

@@ -115,6 +115,9 @@ pub struct Runtime {
     /// Events recently published, so a condition that holds pass after pass is reported once a while.
     recent: RecentEvents,
     telemetry: Telemetry,
+    /// Claims created for static NodePools and not yet seen in a snapshot (watches lag the writes), by
+    /// name, with their pool and when: counted as live so that the count is not made up twice.
+    static_created: HashMap<String, (String, Timestamp)>,
 }
 
 /// How long an `Unconsolidatable` event about one object silences the next, as Karpenter's.
@@ -192,6 +195,7 @@ impl Runtime {
             pod_infos: PodInfoCache::default(),
             recent: RecentEvents::default(),
             telemetry: Telemetry::default(),
+            static_created: HashMap::new(),
         }
     }
 
@@ -280,6 +284,7 @@ impl Runtime {
             self.recover(cluster).await;
         }
         self.pool_status(cluster, now).await;
+        self.keep_replicas(cluster, now).await;
         self.provision(cluster, now).await;
         if let Err(e) = self.lifecycle.poll_interruptions(cluster, now).await {
             tracing::warn!(error = %e, "interruption notices");
@@ -444,6 +449,79 @@ impl Runtime {
             annotations.insert(labels::NODEPOOL_HASH_VERSION.to_owned(), TEMPLATE_HASH_VERSION.to_owned());
             if let Err(e) = cluster.patch_claim(&c).await {
                 tracing::debug!(claim = claim.name(), error = %e, "NodeClaim hash not written; retried next step");
+            }
+        }
+    }
+
+    /// Keeps each static NodePool (`spec.replicas`) at its count, as Karpenter's static provisioning and
+    /// deprovisioning do: claims of its template are added while fewer are live (within `limits.nodes`),
+    /// and the surplus is deleted (claims not yet registered first, then the newest) while none of its
+    /// nodes is held by a disruption command. A claim being deleted, or whose node a command holds, is not
+    /// live: a drifted node's replacement is counted in its stead.
+    async fn keep_replicas(&mut self, cluster: &dyn Cluster, now: Timestamp) {
+        let snapshot = self.decidable(cluster.snapshot());
+        let statics: Vec<NodePool> = snapshot
+            .pools
+            .iter()
+            .filter(|p| p.spec.replicas.is_some() && p.metadata.deletion_timestamp.is_none())
+            .cloned()
+            .collect();
+        // A created claim is awaited in the snapshot for a minute at most.
+        self.static_created.retain(|name, (_, at)| {
+            !snapshot.claims.contains_key(name) && clock::since(now, *at) < Duration::from_secs(60)
+        });
+        if statics.is_empty() {
+            return;
+        }
+        for pool in &statics {
+            let want = u64::try_from(pool.spec.replicas.unwrap_or(0)).unwrap_or(0);
+            let held = |c: &NodeClaim| {
+                let node = c.status.as_ref().and_then(|s| s.node_name.as_deref()).unwrap_or(c.name());
+                self.disruption.queue.is_marked(node) || self.disruption.queue.is_marked(c.name())
+            };
+            let of_pool: Vec<&Arc<NodeClaim>> =
+                snapshot.claims.values().filter(|c| c.node_pool() == Some(pool.name())).collect();
+            let live: Vec<&Arc<NodeClaim>> =
+                of_pool.iter().copied().filter(|c| c.metadata.deletion_timestamp.is_none() && !held(c)).collect();
+            let in_flight = self.static_created.values().filter(|(p, _)| p == pool.name()).count() as u64;
+            let have = live.len() as u64 + in_flight;
+            if have < want {
+                let limit = pool.spec.limits.get("nodes").and_then(|q| q.0.parse::<u64>().ok());
+                let counted = of_pool.iter().filter(|c| c.metadata.deletion_timestamp.is_none()).count() as u64;
+                let room = limit.map_or(u64::MAX, |l| l.saturating_sub(counted));
+                let types = self.refresh_types(std::slice::from_ref(pool), now).await;
+                let types = types.get(pool.name()).cloned().unwrap_or_default();
+                let Some(plan) =
+                    provisioning::static_claim_plan(pool, &types, self.settings.max_instance_types as usize)
+                else {
+                    tracing::warn!(
+                        pool = pool.name(),
+                        "static NodePool: no instance type its template allows is offered"
+                    );
+                    continue;
+                };
+                for _ in 0..(want - have).min(room) {
+                    let name = (self.names)(pool.name());
+                    let claim = provisioning::node_claim(&plan, pool, &name);
+                    if let Err(e) = cluster.create_claim(&claim).await {
+                        tracing::warn!(pool = pool.name(), claim = %name, error = %e, "static NodePool: creating a claim");
+                        break;
+                    }
+                    self.static_created.insert(name, (pool.name().to_owned(), now));
+                }
+            } else if have > want && in_flight == 0 && !of_pool.iter().any(|c| held(c)) {
+                let mut surplus = live.clone();
+                // Unregistered claims first, then the newest.
+                surplus.sort_by_key(|c| {
+                    let registered = c.is_true(condition_types::REGISTERED);
+                    let created = c.metadata.creation_timestamp.as_ref().map(|t| t.0);
+                    (registered, std::cmp::Reverse(created))
+                });
+                for c in surplus.into_iter().take((have - want) as usize) {
+                    if let Err(e) = cluster.delete_claim(c.name()).await {
+                        tracing::warn!(claim = c.name(), error = %e, "static NodePool: deleting a surplus claim");
+                    }
+                }
             }
         }
     }

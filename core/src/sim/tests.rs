@@ -546,3 +546,50 @@ async fn nominations_and_blocked_disruptions_are_reported_in_deduplicated_events
     assert!(budget.message.contains("due to blocking budget"), "{budget:?}");
     assert!(count("NodePool", "DisruptionBlocked", "pinned") <= 3 * 11, "at most once a minute per reason");
 }
+
+/// A static NodePool (`spec.replicas`) keeps its count: its claims are made without any pod, are never
+/// emptied or consolidated, a changed template pre-spins each replacement before the drifted node goes,
+/// and a lower count deletes the surplus.
+#[tokio::test]
+async fn a_static_pool_keeps_its_replicas_through_drift_and_scale_down() {
+    let clock = VirtualClock::at_epoch();
+    let cloud = Arc::new(FakeCloud::builder().clock(clock.clone()).build());
+    let mut pool = NodePool::new("static", NodePoolSpec::default());
+    pool.spec.replicas = Some(3);
+    pool.spec.disruption.budgets[0].nodes = "1".into();
+    pool.spec.disruption.consolidate_after = crate::api::NillableDuration::from_secs(0);
+    let mut sim = Sim::new(clock, cloud.clone(), vec![pool], Settings::default());
+    sim.run(Duration::from_secs(10 * 60), STEP).await;
+    let claims = sim.live_claims();
+    assert_eq!(claims.len(), 3, "three claims with no pod at all");
+    assert!(claims.iter().all(|c| c.is_initialized()), "and they stay: an empty static node is not emptied");
+    let first: Vec<String> = claims.iter().map(|c| c.name().to_owned()).collect();
+    // The template changes: every node is replaced, one at a time, never dropping below three live.
+    {
+        let mut api = sim.api.lock();
+        let mut pools = api.pools.to_vec();
+        pools[0].spec.template.metadata.labels.insert("team".into(), "search".into());
+        api.set_pools(pools);
+    }
+    let mut fewest = usize::MAX;
+    for _ in 0..(40 * 60 / STEP.as_secs()) {
+        sim.clock.advance(STEP);
+        sim.tick().await;
+        let ready = sim.live_claims().iter().filter(|c| c.is_initialized()).count();
+        fewest = fewest.min(ready);
+    }
+    let now: Vec<Arc<NodeClaim>> = sim.live_claims();
+    assert_eq!(now.len(), 3, "{:?}", now.iter().map(|c| c.name()).collect::<Vec<_>>());
+    assert!(now.iter().all(|c| !first.contains(&c.name().to_owned())), "every drifted node was replaced");
+    assert!(now.iter().all(|c| c.label("team") == Some("search")));
+    assert!(fewest >= 2, "a replacement is up before its drifted node goes (fewest initialized: {fewest})");
+    // Scaled to one: the surplus goes.
+    {
+        let mut api = sim.api.lock();
+        let mut pools = api.pools.to_vec();
+        pools[0].spec.replicas = Some(1);
+        api.set_pools(pools);
+    }
+    sim.run(Duration::from_secs(10 * 60), STEP).await;
+    assert_eq!(sim.live_claims().len(), 1);
+}
