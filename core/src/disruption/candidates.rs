@@ -280,6 +280,10 @@ pub fn candidates(
             blocked.push(block("node is nominated for a pending pod".into()));
             continue;
         }
+        if rebooting(node) {
+            blocked.push(block("node is rebooting for repair".into()));
+            continue;
+        }
         if node
             .node
             .as_ref()
@@ -348,6 +352,11 @@ pub fn candidates(
     (out, blocked)
 }
 
+/// Whether a repair reboot holds the node (it carries `karpenter.sh/rebooting`).
+fn rebooting(node: &StateNode) -> bool {
+    node.taints.iter().any(|t| t.key == labels::REBOOTING_TAINT)
+}
+
 /// Per-pool disruption allowances for one reason at `now`.
 pub fn allowances(
     state: &ClusterState,
@@ -368,7 +377,8 @@ pub fn allowances(
                 })
                 .collect();
             let total = nodes.len() as u64;
-            let deleting = nodes.iter().filter(|n| n.deleting).count() as u64;
+            // A node rebooting for repair is being disrupted, as one being deleted is.
+            let deleting = nodes.iter().filter(|n| n.deleting || rebooting(n)).count() as u64;
             let not_ready = nodes.iter().filter(|n| !n.ready && !n.deleting).count() as u64;
             let allowed = pool.allowed_disruptions(reason, now, total, deleting, not_ready).unwrap_or(0);
             let until = (allowed == 0).then(|| budget_until(pool, reason, now)).flatten();

@@ -936,3 +936,20 @@ fn a_replacement_cut_below_min_values_by_price_is_not_made() {
     let note = pass.unconsolidatable.iter().find(|b| b.node == "n").unwrap();
     assert!(note.reason.contains("minValues 2"), "{}", note.reason);
 }
+
+/// A node rebooting for repair is no candidate of any other method and counts against its pool's budget,
+/// as a node being disrupted.
+#[test]
+fn a_node_rebooting_for_repair_is_left_alone_and_uses_up_the_budget() {
+    use CapacityType::*;
+    let mut fleet = Fleet { types: vec![itype("m5.large", 2, 0, &[("a", OnDemand, 0.096)])], ..Default::default() }
+        .pool("default", json!({"spec": {"disruption": {"budgets": [{"nodes": "1"}]}}}))
+        .node("rebooting", "default", "m5.large", "a", OnDemand)
+        .node("empty", "default", "m5.large", "a", OnDemand);
+    fleet.nodes[0].spec.as_mut().unwrap().taints =
+        Some(vec![crate::scheduling::taints::taint(labels::REBOOTING_TAINT, None, "NoSchedule")]);
+    let pass = fleet.pass();
+    assert!(pass.commands.is_empty(), "the reboot holds the pool's one disruption: {pass:?}");
+    let note = pass.unconsolidatable.iter().find(|b| b.node == "rebooting").unwrap();
+    assert_eq!(note.reason, "node is rebooting for repair");
+}

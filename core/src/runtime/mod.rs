@@ -846,7 +846,20 @@ impl Runtime {
             match cluster.patch_node(&n).await {
                 Ok(_) if back => tracing::info!(node = %name, "back from its repair reboot"),
                 Ok(_) => tracing::warn!(node = %name, "its repair reboot timed out; repair judges it afresh"),
-                Err(e) => tracing::debug!(node = %name, error = %e, "lifting the rebooting taint; retried next step"),
+                Err(e) => {
+                    tracing::debug!(node = %name, error = %e, "lifting the rebooting taint; retried next step");
+                    continue;
+                }
+            }
+            let claim =
+                snapshot.claims.values().find(|c| c.status.as_ref().and_then(|s| s.node_name.as_deref()) == Some(name));
+            if let Some(c) = claim.filter(|c| c.is_true(condition_types::REBOOTING)) {
+                let mut c = NodeClaim::clone(c);
+                let reason = if back { "RebootCompleted" } else { "RebootTimedOut" };
+                c.set_condition(condition_types::REBOOTING, crate::api::ConditionStatus::False, reason, "", now);
+                if let Err(e) = cluster.patch_claim_status(&c).await {
+                    tracing::debug!(claim = c.name(), error = %e, "recording the end of the reboot on the claim");
+                }
             }
         }
     }
@@ -881,6 +894,12 @@ impl Runtime {
             self.disruption.repairer.reboot_failed(node);
         } else {
             cluster.publish(ClusterEvent::node(node, EventType::Normal, "Rebooting", "rebooting for repair")).await;
+            let mut claim = NodeClaim::clone(c);
+            let now = self.clock.now();
+            claim.set_condition(condition_types::REBOOTING, crate::api::ConditionStatus::True, "RepairReboot", "", now);
+            if let Err(e) = cluster.patch_claim_status(&claim).await {
+                tracing::debug!(claim = claim.name(), error = %e, "recording the reboot on the claim");
+            }
         }
     }
 }

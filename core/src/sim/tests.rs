@@ -117,10 +117,16 @@ async fn repair_reboots_transient_faults_and_replaces_fatal_ones() {
         taints.iter().any(|t| t.key == labels::REBOOTING_TAINT)
     };
     assert!(rebooting(&sim));
+    let condition = |sim: &Sim| {
+        let c = sim.api.lock().claims[&sick].condition(crate::api::condition_types::REBOOTING).cloned();
+        c.map(|c| (c.status, c.reason))
+    };
+    assert_eq!(condition(&sim), Some((crate::api::ConditionStatus::True, "RepairReboot".to_owned())));
     sim.run(Duration::from_secs(4 * 60), STEP).await;
     assert!(rebooting(&sim), "still booting after four minutes");
     sim.run(Duration::from_secs(60), STEP).await;
     assert!(!rebooting(&sim), "back once its family has booted");
+    assert_eq!(condition(&sim), Some((crate::api::ConditionStatus::False, "RebootCompleted".to_owned())));
 
     let (mut sim, _cloud) = repair_world();
     sim.run(Duration::from_secs(3 * 60), STEP).await;
