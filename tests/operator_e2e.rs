@@ -16,7 +16,7 @@ use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{Audit, CHART_NAMESPACE, between_polls, install_chart, kubectl, ok, poll};
+use common::{Audit, CHART_NAMESPACE, install_chart, kubectl, ok, poll, real_time};
 
 fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0").expect("a free port").local_addr().expect("its address").port()
@@ -281,13 +281,13 @@ kind: Namespace
 metadata: {{name: {id}}}
 ---
 "#,
-        node_pool(id, "KwokNodeClass", requirements)
+        node_pool(id, "tenon.dev", "KwokNodeClass", requirements)
     )
 }
 
-/// A NodePool `id` of NodeClass `kind` (group `tenon.dev`, named `id`) with `requirements` (a YAML flow
-/// sequence), whose nodes are labelled `tenon.dev/e2e: id`; its `spec` may go on.
-fn node_pool(id: &str, kind: &str, requirements: &str) -> String {
+/// A NodePool `id` of NodeClass `group`/`kind` named `id`, with `requirements` (a YAML flow sequence),
+/// whose nodes are labelled `tenon.dev/e2e: id`; its `spec` may go on.
+fn node_pool(id: &str, group: &str, kind: &str, requirements: &str) -> String {
     format!(
         r#"apiVersion: karpenter.sh/v1
 kind: NodePool
@@ -297,7 +297,7 @@ spec:
     metadata:
       labels: {{tenon.dev/e2e: {id}}}
     spec:
-      nodeClassRef: {{group: tenon.dev, kind: {kind}, name: {id}}}
+      nodeClassRef: {{group: {group}, kind: {kind}, name: {id}}}
       requirements: {requirements}"#
     )
 }
@@ -503,23 +503,17 @@ fn a_restart_in_the_middle_of_a_disruption_leaks_nothing() {
     first.signal("-KILL");
     first.finish();
     let second = consolidating_operator(&format!("{id}-2"));
-    let until = Instant::now() + Duration::from_secs(300);
     // A replacement the first process created for the command it never finished is real capacity now;
     // consolidation takes the fleet back down, with every node owned by a claim all along.
-    let after = loop {
-        if let Some(n) = settled(&id, 3).filter(|n| *n <= before) {
-            break n;
-        }
-        if Instant::now() >= until {
-            let state = kubectl(&["get", "nodeclaims,nodes,pods", "-A", "-o", "wide"], "");
-            let claims = serde_json::to_string_pretty(&claims_of(&id)).unwrap_or_default();
-            panic!(
-                "the restarted operator did not settle the fleet in 300 s:\n{}\n{claims}",
-                String::from_utf8_lossy(&state.stdout)
-            );
-        }
-        between_polls();
-    };
+    let settle = real_time(Duration::from_secs(300)).try_until_blocking(|| settled(&id, 3).filter(|n| *n <= before));
+    let after = settle.unwrap_or_else(|| {
+        let state = kubectl(&["get", "nodeclaims,nodes,pods", "-A", "-o", "wide"], "");
+        let claims = serde_json::to_string_pretty(&claims_of(&id)).unwrap_or_default();
+        panic!(
+            "the restarted operator did not settle the fleet in 300 s:\n{}\n{claims}",
+            String::from_utf8_lossy(&state.stdout)
+        );
+    });
     assert!(after <= before, "no more nodes than before: {after} against {before}");
     clean_up(&id, &[&id]);
     second.finish();
@@ -664,19 +658,15 @@ spec:
   subnetSelectorTerms: [{{tags: {{tenon-e2e: {id}}}}}]
   securityGroupSelectorTerms: [{{tags: {{tenon-e2e: {id}}}}}]
 ---
-apiVersion: karpenter.sh/v1
-kind: NodePool
-metadata: {{name: {id}}}
-spec:
-  template:
-    metadata:
-      labels: {{tenon.dev/e2e: {id}}}
-    spec:
-      nodeClassRef: {{group: karpenter.k8s.aws, kind: EC2NodeClass, name: {id}}}
-      requirements:
-      - {{key: node.kubernetes.io/instance-type, operator: In, values: [m5.large, c5.large]}}
-      - {{key: karpenter.sh/capacity-type, operator: In, values: [on-demand]}}
-"#
+{}
+"#,
+        node_pool(
+            &id,
+            "karpenter.k8s.aws",
+            "EC2NodeClass",
+            "[{key: node.kubernetes.io/instance-type, operator: In, values: [m5.large, c5.large]}, \
+             {key: karpenter.sh/capacity-type, operator: In, values: [on-demand]}]"
+        )
     ) + &namespace_and_pod(&id, r#"{cpu: "1", memory: 1Gi}"#);
     ok(&kubectl(&["apply", "--server-side", "-f", "-"], &manifests), "applying the objects");
     let operator = Operator::start_with(
@@ -786,7 +776,7 @@ stringData: {{username: "{username}", password: "{password}"}}
 {}
 "#,
         class(&first),
-        node_pool(&id, "SelfManagedNodeClass", "[]")
+        node_pool(&id, "tenon.dev", "SelfManagedNodeClass", "[]")
     ) + &namespace_and_pod(&id, r#"{cpu: "2", memory: 4Gi}"#)
         .replace("  nodeSelector: {", "  nodeSelector: {topology.kubernetes.io/zone: rack-2, ");
     ok(&kubectl(&["apply", "--server-side", "-f", "-"], &manifests), "applying the objects");

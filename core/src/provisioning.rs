@@ -133,26 +133,14 @@ pub fn pool_inputs(state: &ClusterState, types_for: &dyn Fn(&NodePool) -> Vec<In
 /// the instance types of `types` they allow, cheapest first (at most `max_types`). `None` when no type
 /// is allowed.
 pub fn static_claim_plan(pool: &NodePool, types: &[InstanceType], max_types: usize) -> Option<ClaimPlan> {
-    use crate::scheduling::{Launch, Requirement, Requirements, offering_ok};
-    let mut reqs = Requirements::from_api(&pool.spec.template.spec.requirements);
-    reqs.add(Requirement::is_in(labels::NODE_POOL, [pool.name().to_owned()]));
-    let allows = |it: &InstanceType| {
-        reqs.iter().all(|r| match r.key() {
-            labels::ZONE | labels::CAPACITY_TYPE | labels::NODE_POOL => true,
-            labels::INSTANCE_TYPE => r.has(&it.name),
-            key => r.matches(it.labels.get(key).map(String::as_str)) || labels::is_well_known(key),
-        })
-    };
-    let mut priced: Vec<(f64, &InstanceType)> = types
-        .iter()
-        .filter(|it| allows(it))
+    use crate::scheduling::{Launch, allowed_types, offering_ok, template_requirements};
+    let reqs = template_requirements(pool);
+    let mut priced: Vec<(f64, &InstanceType)> = allowed_types(&reqs, types)
+        .into_iter()
         .filter_map(|it| {
-            it.offerings
-                .iter()
-                .filter(|o| offering_ok(o, &reqs))
-                .map(|o| o.price)
-                .min_by(f64::total_cmp)
-                .map(|p| (p, it))
+            let cheapest =
+                it.offerings.iter().filter(|o| offering_ok(o, &reqs)).map(|o| o.price).min_by(f64::total_cmp);
+            cheapest.map(|p| (p, it))
         })
         .collect();
     priced.sort_by(|a, b| a.0.total_cmp(&b.0).then_with(|| a.1.name.cmp(&b.1.name)));

@@ -11,7 +11,7 @@ use regex::Regex;
 use crate::api::{ConditionStatus, DisruptionReason, labels};
 use crate::clock;
 use crate::cloud::{RepairAction, RepairPolicy};
-use crate::disruption::{CandidateRef, Command, Decision, Inputs, reschedulable};
+use crate::disruption::{CandidateRef, Command, Decision, Inputs};
 use crate::state::{ClusterState, StateNode};
 
 /// More than this share of a pool reporting a monitored condition stops repair in that pool.
@@ -223,7 +223,7 @@ fn replacement(inputs: &Inputs<'_>, node: &StateNode) -> Result<Command, String>
         .pods
         .iter()
         .map(|i| &state.pods[*i])
-        .filter(|p| reschedulable(p))
+        .filter(|p| p.reschedulable())
         .map(|p| std::sync::Arc::clone(&p.info))
         .collect();
     let nodes = state.nodes.iter().map(|n| n.as_existing()).collect();

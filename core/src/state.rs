@@ -315,7 +315,7 @@ impl ClusterState {
 
     /// As [`ClusterState::from_objects`], with the storage objects the pods' volumes name: each pod
     /// is pinned to where its volumes are or may be provisioned
-    /// ([`volume_requirements`](crate::scheduling::volume_requirements)), and a pod
+    /// ([`volume_placement`](crate::scheduling::volume_placement)), and a pod
     /// whose claim, volume or class does not exist yet is not provisioned for.
     #[allow(clippy::too_many_arguments)]
     pub fn from_objects_with_storage<'a>(

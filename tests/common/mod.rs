@@ -4,7 +4,9 @@
 
 use std::io::Write;
 use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tenon_core::cloud::conformance::RealTimePoll;
 
 /// The kubectl the peer built, and the admin kubeconfig it wrote.
 pub(crate) fn env() -> (String, String) {
@@ -53,22 +55,17 @@ pub(crate) fn install_crds() {
     ok(&wait, "waiting for the CRDs");
 }
 
-/// The one real wait of these tests: the API server and the operator act in real time, so between two
-/// polls they get half a second. Every poll loop ends at its deadline.
-pub(crate) fn between_polls() {
-    std::thread::sleep(Duration::from_millis(500));
+/// The API server and the operator act in real time: between two polls they get half a second, until
+/// `deadline`.
+pub(crate) fn real_time(deadline: Duration) -> RealTimePoll {
+    RealTimePoll { deadline, interval: Duration::from_millis(500) }
 }
 
 /// Polls `check` until it answers, or fails the test at `deadline`.
-pub(crate) fn poll<T>(what: &str, deadline: Duration, mut check: impl FnMut() -> Option<T>) -> T {
-    let until = Instant::now() + deadline;
-    loop {
-        if let Some(v) = check() {
-            return v;
-        }
-        assert!(Instant::now() < until, "timed out after {deadline:?} waiting for {what}");
-        between_polls();
-    }
+pub(crate) fn poll<T>(what: &str, deadline: Duration, check: impl FnMut() -> Option<T>) -> T {
+    real_time(deadline)
+        .try_until_blocking(check)
+        .unwrap_or_else(|| panic!("timed out after {deadline:?} waiting for {what}"))
 }
 
 /// The namespace the chart is installed in, and the operator's ServiceAccount there.

@@ -18,7 +18,7 @@ pub use nodeclaim::{NodeClaim, NodeClaimResources, NodeClaimSpec, NodeClaimStatu
 pub use nodepool::{
     Budget, BudgetNodes, ConsolidationPolicy, Disruption, DisruptionReason, NodeClaimTemplate, NodeClaimTemplateSpec,
     NodeClassRef, NodePool, NodePoolSpec, NodePoolStatus, TEMPLATE_HASH_VERSION, TemplateMetadata, parse_schedule,
-    stable_hash,
+    stable_hash, template_drifted_from,
 };
 pub use requirements::{NodeSelectorRequirement, Operator};
 pub use validation::{ValidationError, parse_manifest, parse_node_claim, parse_node_pool};

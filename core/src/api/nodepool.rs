@@ -410,10 +410,7 @@ impl NodePool {
     /// (Karpenter does the same when its scheme changes). A claim with a hash and no scheme was hashed
     /// by an earlier tenon, with tenon's.
     pub fn template_drifted(&self, claim: &super::NodeClaim) -> bool {
-        let Some(hash) = claim.annotation(labels::NODEPOOL_HASH) else { return false };
-        let version = claim.annotation(labels::NODEPOOL_HASH_VERSION).unwrap_or(TEMPLATE_HASH_VERSION);
-        let (pool_hash, pool_version) = self.drift_hash();
-        version == pool_version && hash != pool_hash
+        template_drifted_from(claim, &self.drift_hash())
     }
 
     /// A status condition of the pool.
@@ -426,6 +423,14 @@ impl NodePool {
         let st = self.status.get_or_insert_with(Default::default);
         conditions::set(&mut st.conditions, type_, status, reason, message, now);
     }
+}
+
+/// Whether `claim` drifted from a template whose [`NodePool::drift_hash`] is `pool_hash` (hash, scheme), for
+/// callers that check many claims of one pool and compute it once.
+pub fn template_drifted_from(claim: &super::NodeClaim, pool_hash: &(String, String)) -> bool {
+    let Some(hash) = claim.annotation(labels::NODEPOOL_HASH) else { return false };
+    let version = claim.annotation(labels::NODEPOOL_HASH_VERSION).unwrap_or(TEMPLATE_HASH_VERSION);
+    version == pool_hash.1 && hash != pool_hash.0
 }
 
 /// The scheme tenon writes in `karpenter.sh/nodepool-hash-version`. It is not Karpenter's (`v3`), whose

@@ -59,6 +59,21 @@ impl RealTimePoll {
         (self.deadline.as_millis() / self.interval.as_millis().max(1)) as usize
     }
 
+    /// Asks `step` until it answers, from blocking code (a test driving its peer through a command-line
+    /// client); `None` once the deadline has passed, for the caller to say what it waited for.
+    pub fn try_until_blocking<T>(&self, mut step: impl FnMut() -> Option<T>) -> Option<T> {
+        let start = std::time::Instant::now();
+        loop {
+            if let Some(done) = step() {
+                return Some(done);
+            }
+            if start.elapsed() >= self.deadline {
+                return None;
+            }
+            std::thread::sleep(self.interval);
+        }
+    }
+
     /// Asks `step` until it answers; panics naming `what` at the deadline.
     pub async fn until<T>(&self, what: &str, mut step: impl AsyncFnMut() -> Option<T>) -> T {
         let start = std::time::Instant::now();

@@ -85,11 +85,6 @@ pub fn pod_cost(pod: &StatePod) -> f64 {
     cost.clamp(-10.0, 10.0)
 }
 
-/// Whether the pod moves when its node goes ([`StatePod::reschedulable`]).
-pub fn reschedulable(pod: &StatePod) -> bool {
-    pod.reschedulable()
-}
-
 /// Whether a `karpenter.sh/do-not-disrupt` annotation on the pod holds at `now`
 /// ([`crate::cluster::do_not_disrupt_active`]). Finished and terminating pods never hold their node;
 /// DaemonSet and mirror pods do, as Karpenter lets them.
@@ -199,17 +194,34 @@ pub const INSTANCE_TYPE_NOT_FOUND: &str = "InstanceTypeNotFound";
 /// lease expiry), a changed template hash, or requirements the node no longer satisfies. Behavioural
 /// fields (weight, limits, disruption) never drift.
 pub fn drift_reason(node: &StateNode, pool: &NodePool) -> Option<String> {
+    drift_from(node, &Template::of(pool))
+}
+
+/// What drift is judged against, read once per pool for all of its nodes.
+struct Template {
+    /// [`NodePool::drift_hash`].
+    hash: (String, String),
+    /// The template's requirements.
+    requirements: Requirements,
+}
+
+impl Template {
+    fn of(pool: &NodePool) -> Self {
+        Self { hash: pool.drift_hash(), requirements: Requirements::from_api(&pool.spec.template.spec.requirements) }
+    }
+}
+
+fn drift_from(node: &StateNode, template: &Template) -> Option<String> {
     let claim = node.claim.as_ref()?;
     if let Some(c) = claim.condition(condition_types::DRIFTED)
         && c.status == ConditionStatus::True
     {
         return Some(if c.reason.is_empty() { "Drifted".into() } else { c.reason.clone() });
     }
-    if !node.inferred_claim && pool.template_drifted(claim) {
+    if !node.inferred_claim && crate::api::template_drifted_from(claim, &template.hash) {
         return Some("NodePoolDrifted".into());
     }
-    let reqs = Requirements::from_api(&pool.spec.template.spec.requirements);
-    for r in reqs.iter() {
+    for r in template.requirements.iter() {
         let ok = match node.labels.get(r.key()) {
             Some(v) => r.has(v),
             None => r.matches(None) || labels::is_well_known(r.key()),
@@ -261,6 +273,7 @@ pub fn candidates(
     let mut out = Vec::new();
     let mut blocked = Vec::new();
     let mut types_cache: std::collections::HashMap<String, Vec<InstanceType>> = std::collections::HashMap::new();
+    let mut templates: std::collections::HashMap<&str, Template> = std::collections::HashMap::new();
     for (index, node) in state.nodes.iter().enumerate() {
         let Some(pool_name) = node.pool.as_deref() else { continue };
         let Some(claim) = node.claim.as_ref() else { continue };
@@ -295,8 +308,8 @@ pub fn candidates(
             blocked.push(block(format!("node is annotated {}", labels::DO_NOT_DISRUPT)));
             continue;
         }
-        let pods: Vec<usize> = node.pods.iter().copied().filter(|i| reschedulable(&state.pods[*i])).collect();
-        let drift = drift_reason(node, pool);
+        let pods: Vec<usize> = node.pods.iter().copied().filter(|i| state.pods[*i].reschedulable()).collect();
+        let drift = drift_from(node, templates.entry(pool_name).or_insert_with(|| Template::of(pool)));
         // A claim with a termination grace period may drift past blocking pods.
         let forceful_drift = drift.is_some() && claim.spec.termination_grace_period.is_some();
         if !forceful_drift {

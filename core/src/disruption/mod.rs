@@ -20,7 +20,7 @@ use serde::Serialize;
 
 pub use candidates::{
     Blocked, Candidate, INSTANCE_TYPE_NOT_FOUND, ON_DEMAND_LEASE_EXPIRED, allowances, blocking_pdb, candidates,
-    do_not_disrupt, drift_reason, last_pod_event, pdb_allowed, pod_cost, reschedulable,
+    do_not_disrupt, drift_reason, last_pod_event, pdb_allowed, pod_cost,
 };
 pub use consolidation::Simulator;
 

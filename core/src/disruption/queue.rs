@@ -508,10 +508,9 @@ pub struct Controller {
     next_pass: Option<Timestamp>,
     /// The digest of the last pass that found nothing, and when it ran.
     quiet: Option<(u64, Timestamp)>,
-    /// What the last pass left alone and why, until taken ([`Controller::take_notes`]).
-    notes: Option<Notes>,
-    /// What the last pass measured, until taken ([`Controller::take_pass_stats`]).
-    stats: Option<super::PassStats>,
+    /// What the last pass left alone and why, and what it measured, until taken
+    /// ([`Controller::take_pass_report`]).
+    report: Option<(Notes, super::PassStats)>,
 }
 
 /// A node a disruption pass left alone.
@@ -535,14 +534,10 @@ impl Controller {
         Self::default()
     }
 
-    /// What the last pass computed since the previous call left alone, and why; `None` when no pass ran.
-    pub fn take_notes(&mut self) -> Option<Notes> {
-        self.notes.take()
-    }
-
-    /// What the last pass computed since the previous call measured; `None` when no pass ran.
-    pub fn take_pass_stats(&mut self) -> Option<super::PassStats> {
-        self.stats.take()
+    /// What the last pass computed since the previous call left alone (and why), and what it measured;
+    /// `None` when no pass ran.
+    pub fn take_pass_report(&mut self) -> Option<(Notes, super::PassStats)> {
+        self.report.take()
     }
 
     /// When the controller next has something to do on its own (a proposal's validation window ending,
@@ -632,17 +627,12 @@ impl Controller {
         }
         let pass = super::compute_from(inputs, cands, blocked);
         self.quiet = pass.method.is_none().then_some((digest, now));
-        self.stats = Some(pass.stats.clone());
-        self.notes = Some(
-            pass.unconsolidatable
-                .iter()
-                .map(|b| Note {
-                    node: b.node.clone(),
-                    reason: b.reason.clone(),
-                    blocked: pass.blocked.contains(&b.node),
-                })
-                .collect(),
-        );
+        let notes = pass
+            .unconsolidatable
+            .iter()
+            .map(|b| Note { node: b.node.clone(), reason: b.reason.clone(), blocked: pass.blocked.contains(&b.node) })
+            .collect();
+        self.report = Some((notes, pass.stats.clone()));
         if let Some(method) = pass.method {
             let ready_at = clock::add(now, inputs.settings.command_validation_delay);
             for command in pass.commands {

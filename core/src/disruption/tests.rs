@@ -515,6 +515,12 @@ fn a_changed_template_drifts_but_behavioural_fields_do_not() {
     assert_eq!(drift_reason(&state.nodes[0], &narrowed).as_deref(), Some("RequirementsDrifted"));
 }
 
+/// One on-demand m5.large type and a pool `default` whose one budget allows `nodes`, to add nodes to.
+fn m5_fleet(nodes: &str) -> Fleet {
+    Fleet { types: vec![itype("m5.large", 2, 0, &[("a", CapacityType::OnDemand, 0.096)])], ..Default::default() }
+        .pool("default", json!({"spec": {"disruption": {"budgets": [{"nodes": nodes}]}}}))
+}
+
 /// Three on-demand m.8 nodes of one pool, each running a one-CPU pod, over `types`.
 fn three_m8_nodes_with_a_pod_each(types: Vec<InstanceType>) -> Fleet {
     use CapacityType::*;
@@ -628,8 +634,7 @@ fn pods_do_not_move_onto_nodes_still_booting() {
 #[test]
 fn a_pod_tolerating_the_disrupted_taint_still_keeps_its_node_from_being_empty() {
     use CapacityType::*;
-    let mut fleet = Fleet { types: vec![itype("m5.large", 2, 0, &[("a", OnDemand, 0.096)])], ..Default::default() }
-        .pool("default", json!({"spec": {"disruption": {"budgets": [{"nodes": "100%"}]}}}))
+    let mut fleet = m5_fleet("100%")
         .node("tolerant", "default", "m5.large", "a", OnDemand)
         .node("leaving", "default", "m5.large", "a", OnDemand)
         .pod("everywhere", "tolerant", "1", 0, json!({}))
@@ -641,9 +646,9 @@ fn a_pod_tolerating_the_disrupted_taint_still_keeps_its_node_from_being_empty() 
     let tolerant = state.nodes.iter().position(|n| n.name == "tolerant").unwrap();
     let pods: Vec<&str> = state.nodes[tolerant].pods.iter().map(|i| state.pods[*i].info.key.as_str()).collect();
     assert_eq!(pods, ["default/everywhere"]);
-    assert!(reschedulable(&state.pods[state.nodes[tolerant].pods[0]]), "it must be rescheduled");
+    assert!(state.pods[state.nodes[tolerant].pods[0]].reschedulable(), "it must be rescheduled");
     let leaving = state.nodes.iter().position(|n| n.name == "leaving").unwrap();
-    assert!(!reschedulable(&state.pods[state.nodes[leaving].pods[0]]), "a terminating pod moves nowhere");
+    assert!(!state.pods[state.nodes[leaving].pods[0]].reschedulable(), "a terminating pod moves nowhere");
     let pass = fleet.pass();
     let emptied: Vec<&str> = pass
         .commands
@@ -684,8 +689,7 @@ fn a_replacement_that_could_fall_back_to_on_demand_is_pinned_to_spot() {
 #[test]
 fn a_node_nominated_for_a_pending_pod_is_not_disrupted() {
     use CapacityType::*;
-    let fleet = Fleet { types: vec![itype("m5.large", 2, 0, &[("a", OnDemand, 0.096)])], ..Default::default() }
-        .pool("default", json!({"spec": {"disruption": {"budgets": [{"nodes": "100%"}]}}}))
+    let fleet = m5_fleet("100%")
         .node("empty", "default", "m5.large", "a", OnDemand)
         .node("awaited", "default", "m5.large", "a", OnDemand);
     let mut state = fleet.state();
@@ -713,8 +717,7 @@ fn pdbs_and_do_not_disrupt_follow_karpenters_rules() {
         pass.unconsolidatable.iter().find(|b| b.node == "n").map(|b| b.reason.clone())
     };
     let base = || {
-        Fleet { types: vec![itype("m5.large", 2, 0, &[("a", OnDemand, 0.096)])], ..Default::default() }
-            .pool("default", json!({"spec": {"disruption": {"budgets": [{"nodes": "100%"}]}}}))
+        m5_fleet("100%")
             .node("n", "default", "m5.large", "a", OnDemand)
             .node("other", "default", "m5.large", "a", OnDemand)
     };
@@ -764,8 +767,7 @@ fn pdbs_and_do_not_disrupt_follow_karpenters_rules() {
 #[test]
 fn claims_still_launching_do_not_use_up_the_budget() {
     use CapacityType::*;
-    let fleet = Fleet { types: vec![itype("m5.large", 2, 0, &[("a", OnDemand, 0.096)])], ..Default::default() }
-        .pool("default", json!({"spec": {"disruption": {"budgets": [{"nodes": "1"}]}}}))
+    let fleet = m5_fleet("1")
         .node("empty-1", "default", "m5.large", "a", OnDemand)
         .node("empty-2", "default", "m5.large", "a", OnDemand);
     let launching: Vec<crate::api::NodeClaim> = (0..3)
@@ -792,10 +794,8 @@ fn claims_still_launching_do_not_use_up_the_budget() {
 #[test]
 fn vanished_types_drift_and_unpriced_nodes_can_still_be_emptied() {
     use CapacityType::*;
-    let fleet = Fleet { types: vec![itype("m5.large", 2, 0, &[("a", OnDemand, 0.096)])], ..Default::default() }
-        .pool("default", json!({"spec": {"disruption": {"budgets": [{"nodes": "100%"}]}}}))
-        .node("retired", "default", "m5.large", "a", OnDemand)
-        .pod("p", "retired", "1", 0, json!({}));
+    let fleet =
+        m5_fleet("100%").node("retired", "default", "m5.large", "a", OnDemand).pod("p", "retired", "1", 0, json!({}));
     let state = fleet.state();
     let pass_with = |types: Vec<InstanceType>| {
         let types_for = move |_: &NodePool| types.clone();
@@ -942,8 +942,7 @@ fn a_replacement_cut_below_min_values_by_price_is_not_made() {
 #[test]
 fn a_node_rebooting_for_repair_is_left_alone_and_uses_up_the_budget() {
     use CapacityType::*;
-    let mut fleet = Fleet { types: vec![itype("m5.large", 2, 0, &[("a", OnDemand, 0.096)])], ..Default::default() }
-        .pool("default", json!({"spec": {"disruption": {"budgets": [{"nodes": "1"}]}}}))
+    let mut fleet = m5_fleet("1")
         .node("rebooting", "default", "m5.large", "a", OnDemand)
         .node("empty", "default", "m5.large", "a", OnDemand);
     fleet.nodes[0].spec.as_mut().unwrap().taints =

@@ -118,6 +118,9 @@ pub struct Runtime {
     /// Claims created for static NodePools and not yet seen in a snapshot (watches lag the writes), by
     /// name, with their pool and when: counted as live so that the count is not made up twice.
     static_created: HashMap<String, (String, Timestamp)>,
+    /// The pools and claims (of a snapshot holding only those) whose template hashes needed no write when
+    /// last checked: unchanged, they are not walked again.
+    hashes_settled: Option<Snapshot>,
 }
 
 /// How long an `Unconsolidatable` event about one object silences the next, as Karpenter's.
@@ -196,6 +199,7 @@ impl Runtime {
             recent: RecentEvents::default(),
             telemetry: Telemetry::default(),
             static_created: HashMap::new(),
+            hashes_settled: None,
         }
     }
 
@@ -414,8 +418,16 @@ impl Runtime {
     /// claims hashed under another scheme (a claim Karpenter made) is re-hashed with the pool's, unless it
     /// is already marked drifted. A claim is compared for drift only against a hash of its own scheme, so
     /// taking over a Karpenter cluster drifts nothing. Failed writes are tried again next step.
-    async fn keep_template_hashes(&self, cluster: &dyn Cluster, snapshot: &Snapshot) {
+    async fn keep_template_hashes(&mut self, cluster: &dyn Cluster, snapshot: &Snapshot) {
         use crate::api::TEMPLATE_HASH_VERSION;
+        if self
+            .hashes_settled
+            .as_ref()
+            .is_some_and(|s| Arc::ptr_eq(&s.pools, &snapshot.pools) && Arc::ptr_eq(&s.claims, &snapshot.claims))
+        {
+            return;
+        }
+        let mut wrote = false;
         let mut hashes: HashMap<&str, String> = HashMap::with_capacity(snapshot.pools.len());
         for pool in snapshot.pools.iter() {
             let hash = pool.template_hash();
@@ -425,6 +437,7 @@ impl Runtime {
                 let annotations = desired.metadata.annotations.get_or_insert_with(Default::default);
                 annotations.insert(labels::NODEPOOL_HASH.to_owned(), hash.clone());
                 annotations.insert(labels::NODEPOOL_HASH_VERSION.to_owned(), TEMPLATE_HASH_VERSION.to_owned());
+                wrote = true;
                 if let Err(e) = cluster.patch_pool_annotations(&desired).await {
                     tracing::debug!(pool = pool.name(), error = %e, "NodePool hash not written; retried next step");
                 }
@@ -447,10 +460,16 @@ impl Runtime {
                 annotations.insert(labels::NODEPOOL_HASH.to_owned(), hash.clone());
             }
             annotations.insert(labels::NODEPOOL_HASH_VERSION.to_owned(), TEMPLATE_HASH_VERSION.to_owned());
+            wrote = true;
             if let Err(e) = cluster.patch_claim(&c).await {
                 tracing::debug!(claim = claim.name(), error = %e, "NodeClaim hash not written; retried next step");
             }
         }
+        self.hashes_settled = (!wrote).then(|| Snapshot {
+            pools: snapshot.pools.clone(),
+            claims: snapshot.claims.clone(),
+            ..Default::default()
+        });
     }
 
     /// Keeps each static NodePool (`spec.replicas`) at its count, as Karpenter's static provisioning and
@@ -647,8 +666,8 @@ impl Runtime {
     /// `Unconsolidatable` on those a method examined and left alone, each with its reason.
     async fn report_pass(&mut self, cluster: &dyn Cluster, snapshot: &Snapshot, state: &ClusterState, now: Timestamp) {
         use crate::api::DisruptionReason;
-        let Some(notes) = self.disruption.take_notes() else { return };
-        self.telemetry.pass = self.disruption.take_pass_stats();
+        let Some((notes, stats)) = self.disruption.take_pass_report() else { return };
+        self.telemetry.pass = Some(stats);
         let claims: HashMap<&str, &str> = snapshot
             .claims
             .values()

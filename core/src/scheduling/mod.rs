@@ -21,9 +21,9 @@ pub use pod::{
 pub use requirements::{Incompatible, Requirement, Requirements};
 pub use scheduler::{
     ClaimPlan, ExistingNode, Launch, NodePlacement, Packing, PoolInput, Results, Scheduler, SchedulerOptions,
-    Unschedulable, offering_ok,
+    Unschedulable, allowed_types, offering_ok, template_requirements,
 };
-pub use volumes::{VolumeError, VolumePlacement, volume_placement, volume_requirements};
+pub use volumes::{VolumeError, VolumePlacement, volume_placement};
 
 #[cfg(test)]
 mod tests;

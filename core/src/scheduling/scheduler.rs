@@ -1259,14 +1259,34 @@ impl Scheduler {
     }
 }
 
-fn build_pool(input: PoolInput, daemons: &[DaemonPod]) -> Pool {
-    let np = &input.pool;
+/// What a NodePool's template requires of its nodes: its requirements, its labels, and the pool itself.
+pub fn template_requirements(np: &NodePool) -> Requirements {
     let template = &np.spec.template;
     let mut reqs = Requirements::from_api(&template.spec.requirements);
     for (k, v) in &template.metadata.labels {
         reqs.add(Requirement::is_in(k, [v.clone()]));
     }
     reqs.add(Requirement::is_in(labels::NODE_POOL, [np.name().to_owned()]));
+    reqs
+}
+
+/// Whether a type described by `treqs` ([`type_requirements`]) can be a node meeting `reqs`, with an
+/// offering they allow.
+fn type_usable(it: &InstanceType, treqs: &Requirements, reqs: &Requirements) -> bool {
+    reqs.intersects(treqs).is_ok() && it.offerings.iter().any(|o| offering_ok(o, reqs))
+}
+
+/// The instance types of `types` a node meeting `reqs` can be, in their order: as a pool's types are
+/// chosen, a label some other type defines and this one lacks counting as absent.
+pub fn allowed_types<'a>(reqs: &Requirements, types: &'a [InstanceType]) -> Vec<&'a InstanceType> {
+    let all_keys: BTreeSet<String> = types.iter().flat_map(|it| it.labels.keys().cloned()).collect();
+    types.iter().filter(|it| type_usable(it, &type_requirements(it, &all_keys), reqs)).collect()
+}
+
+fn build_pool(input: PoolInput, daemons: &[DaemonPod]) -> Pool {
+    let np = &input.pool;
+    let template = &np.spec.template;
+    let reqs = template_requirements(np);
     let taints = template.spec.taints.clone();
     let compatible_daemons: Vec<&DaemonPod> = daemons
         .iter()
@@ -1299,7 +1319,7 @@ fn build_pool(input: PoolInput, daemons: &[DaemonPod]) -> Pool {
             *overhead_cache.entry(key).or_insert_with(|| daemon_overhead(&node, &compatible_daemons))
         };
         let avail = it.allocatable().sub(&overhead);
-        let usable = reqs.intersects(&treqs).is_ok() && it.offerings.iter().any(|o| offering_ok(o, &reqs));
+        let usable = type_usable(&it, &treqs, &reqs);
         if usable {
             base.push(types.len() as u32);
         }

@@ -48,12 +48,6 @@ pub struct VolumePlacement {
     pub attachments: Vec<(String, u32)>,
 }
 
-/// The requirements `pod`'s volumes add to it, read from `storage`
-/// ([`volume_placement`]'s requirements).
-pub fn volume_requirements(pod: &Pod, storage: &Storage) -> Result<Requirements, VolumeError> {
-    volume_placement(pod, storage).map(|p| p.requirements)
-}
-
 /// Where `pod`'s volumes let it run, read from `storage`. Nothing when the storage holds no claims at
 /// all (a snapshot without storage objects: nothing is known). A claim that does not exist, or names a
 /// volume or class that does not, is an error: the pod waits for it, as Karpenter leaves it.
@@ -182,6 +176,10 @@ mod tests {
         ]))
     }
 
+    fn requirements(pod: &Pod, storage: &Storage) -> Result<Requirements, VolumeError> {
+        volume_placement(pod, storage).map(|p| p.requirements)
+    }
+
     fn zones(r: &Requirements) -> Vec<String> {
         r.get(labels::ZONE).map(|z| z.values().to_vec()).unwrap_or_default()
     }
@@ -189,36 +187,33 @@ mod tests {
     #[test]
     fn a_bound_claim_pins_its_volumes_zone_and_an_unbound_one_its_classes_topology() {
         let s = objects();
-        let bound =
-            volume_requirements(&pod(json!([{"name": "data", "persistentVolumeClaim": {"claimName": "bound"}}])), &s);
+        let bound = requirements(&pod(json!([{"name": "data", "persistentVolumeClaim": {"claimName": "bound"}}])), &s);
         assert_eq!(zones(&bound.unwrap()), ["us-east-1a"], "the first term, the CSI key read as the zone");
         let waiting =
-            volume_requirements(&pod(json!([{"name": "data", "persistentVolumeClaim": {"claimName": "waiting"}}])), &s);
+            requirements(&pod(json!([{"name": "data", "persistentVolumeClaim": {"claimName": "waiting"}}])), &s);
         assert_eq!(zones(&waiting.unwrap()), ["us-east-1b", "us-east-1c"]);
         let both = pod(json!([{"name": "a", "persistentVolumeClaim": {"claimName": "waiting"}},
                               {"name": "b", "persistentVolumeClaim": {"claimName": "local"}}]));
-        let r = volume_requirements(&both, &s).unwrap();
+        let r = requirements(&both, &s).unwrap();
         assert_eq!(zones(&r), ["us-east-1c"], "two volumes: both zones must hold");
         assert!(r.get(labels::HOSTNAME).is_none(), "a local volume's hostname is dropped");
         let ephemeral = pod(
             json!([{"name": "scratch", "ephemeral": {"volumeClaimTemplate": {"spec": {"storageClassName": "zonal"}}}}]),
         );
-        assert_eq!(zones(&volume_requirements(&ephemeral, &s).unwrap()), ["us-east-1b", "us-east-1c"]);
+        assert_eq!(zones(&requirements(&ephemeral, &s).unwrap()), ["us-east-1b", "us-east-1c"]);
     }
 
     #[test]
     fn missing_claims_volumes_and_classes_hold_the_pod_and_no_storage_means_nothing_known() {
         let s = objects();
-        let e = volume_requirements(&pod(json!([{"name": "d", "persistentVolumeClaim": {"claimName": "nope"}}])), &s);
+        let e = requirements(&pod(json!([{"name": "d", "persistentVolumeClaim": {"claimName": "nope"}}])), &s);
         assert_eq!(e.unwrap_err().to_string(), "pod default/db: PersistentVolumeClaim default/nope does not exist");
         let mut gone = s.clone();
         Arc::make_mut(&mut gone.volumes).remove("pv-a");
-        let e =
-            volume_requirements(&pod(json!([{"name": "d", "persistentVolumeClaim": {"claimName": "bound"}}])), &gone);
+        let e = requirements(&pod(json!([{"name": "d", "persistentVolumeClaim": {"claimName": "bound"}}])), &gone);
         assert!(e.unwrap_err().message.contains("PersistentVolume pv-a"));
         let none = Storage { claims: Arc::new(BTreeMap::new()), ..Default::default() };
-        let r =
-            volume_requirements(&pod(json!([{"name": "d", "persistentVolumeClaim": {"claimName": "nope"}}])), &none);
+        let r = requirements(&pod(json!([{"name": "d", "persistentVolumeClaim": {"claimName": "nope"}}])), &none);
         assert!(r.unwrap().is_empty());
     }
 }

@@ -59,7 +59,7 @@ struct Cached<T> {
 }
 
 /// What a class's subnet, security group and AMI terms resolve to, each on its own.
-type Resolved = (
+type ResolvedParts = (
     Result<Vec<ResolvedSubnet>, CloudError>,
     Result<Vec<ResolvedSecurityGroup>, CloudError>,
     Result<Vec<ResolvedAmi>, CloudError>,
@@ -443,7 +443,7 @@ impl AwsProvider {
     }
 
     /// What each kind of selector term of `class` resolves to, read from EC2.
-    async fn resolve_parts(&self, class: &EC2NodeClass) -> Resolved {
+    async fn resolve_parts(&self, class: &EC2NodeClass) -> ResolvedParts {
         (self.resolve_subnets(class).await, self.resolve_security_groups(class).await, self.resolve_amis(class).await)
     }
 
