@@ -423,7 +423,7 @@ impl KwokProvider {
             list.and_then(|l| Resources::from_resource_list(l).ok()).or(fallback).unwrap_or(Resources::ZERO)
         };
         let status = node.status.as_ref();
-        let capacity = resources(status.and_then(|s| s.capacity.as_ref()), it.map(|t| t.capacity));
+        let capacity = resources(status.and_then(|s| s.capacity.as_ref()), it.map(|t| t.capacity.clone()));
         let allocatable = resources(status.and_then(|s| s.allocatable.as_ref()), it.map(InstanceType::allocatable));
 
         let mut keys: BTreeSet<&str> = [

@@ -573,7 +573,7 @@ impl Inventory {
                     self.allocatable.get_or_create(&labels(resource)).set(amount(resource, value));
                 }
             }
-            let (pods, daemons) = requests.get(name.as_str()).copied().unwrap_or((Resources::ZERO, Resources::ZERO));
+            let (pods, daemons) = requests.get(name.as_str()).cloned().unwrap_or_default();
             for (resource, value) in pods.iter() {
                 self.pod_requests.get_or_create(&labels(resource)).set(amount(resource, value));
             }

@@ -1003,6 +1003,54 @@ mod topology {
         assert_eq!(p.unschedulable(), ["avoider"]);
     }
 
+    /// The zone requirement a new node keeps: the zones it may still land in.
+    fn zones_open(claim: &Value) -> Vec<&str> {
+        let reqs = claim["requirements"].as_array().unwrap();
+        let zone = reqs.iter().find(|r| r["key"] == "topology.kubernetes.io/zone").unwrap();
+        assert_eq!(zone["operator"], "In", "{claim}");
+        names(&zone["values"])
+    }
+
+    #[test]
+    fn should_not_violate_pod_anti_affinity_on_zone_other_schedules_first() {
+        let p = fake("pod-anti-affinity-zone-other-first.yaml");
+        assert_eq!(p.scheduled(), ["target"]);
+        assert_eq!(p.unschedulable(), ["avoider"]);
+    }
+
+    #[test]
+    fn should_not_violate_pod_anti_affinity_on_zone_schrodinger() {
+        let p = fake("pod-anti-affinity-zone-schrodinger.yaml");
+        assert_eq!(p.scheduled(), ["zone-anywhere"]);
+        // Late committal: the node stays open to every empty zone, so the labelled pod cannot be placed yet.
+        assert_eq!(zones_open(p.claim_of("zone-anywhere")), ["test-zone-1", "test-zone-2", "test-zone-3"]);
+        assert_eq!(p.unschedulable(), ["labelled"]);
+        // The next batch, once the node came up in test-zone-2.
+        let next = fake("pod-anti-affinity-zone-schrodinger-second-batch.yaml");
+        assert!(next.existing().is_empty(), "{}", next.0);
+        let c = next.claim_of("labelled");
+        assert_ne!(zone(c), "test-zone-2");
+        assert!(next.unschedulable().is_empty());
+    }
+
+    #[test]
+    fn should_support_pod_anti_affinity_with_a_zone_topology() {
+        // One pod per batch, each batch seeing the previous ones running in the zone their node came up in.
+        let first = fake("self-pod-anti-affinity-zone-batch-1.yaml");
+        assert_eq!(first.skew(Domain::Zone, &[]), [1]);
+        assert_eq!(zones_open(first.claim_of("first-1")), ["test-zone-1", "test-zone-2", "test-zone-3"]);
+        assert_eq!(first.unschedulable(), ["first-2", "first-3"]);
+        let second = fake("self-pod-anti-affinity-zone-batch-2.yaml");
+        assert_eq!(second.skew(Domain::Zone, &[("test-zone-1", 1)]), [1, 1]);
+        assert_eq!(zones_open(&second.claims()[0]), ["test-zone-2", "test-zone-3"]);
+        let third = fake("self-pod-anti-affinity-zone-batch-3.yaml");
+        assert_eq!(third.skew(Domain::Zone, &[("test-zone-1", 1), ("test-zone-2", 1)]), [1, 1, 1]);
+        assert_eq!(zones_open(&third.claims()[0]), ["test-zone-3"]);
+        let last = fake("self-pod-anti-affinity-zone-batch-4.yaml");
+        assert!(last.scheduled().is_empty(), "{}", last.0);
+        assert_eq!(last.unschedulable().len(), 3);
+    }
+
     #[test]
     fn should_not_schedule_pods_with_affinity_to_a_non_existent_pod() {
         let p = fake("pod-affinity-non-existent-pod.yaml");

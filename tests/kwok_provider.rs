@@ -224,7 +224,7 @@ async fn a_created_node_looks_registered_by_a_kubelet_and_the_kwok_controller_ma
         ("m5.large", "us-east-1b", CapacityType::Spot, InstanceState::Pending)
     );
     assert_eq!(i.price, Some(it.offering("us-east-1b", CapacityType::Spot).unwrap().price));
-    assert_eq!((i.capacity, i.allocatable), (it.capacity, it.allocatable()));
+    assert_eq!((&i.capacity, &i.allocatable), (&it.capacity, &it.allocatable()));
     assert_eq!((i.node_claim.as_deref(), i.node_pool.as_deref()), (Some(name.as_str()), Some("default")));
     assert_eq!(i.labels.get("karpenter.k8s.aws/instance-family").map(String::as_str), Some("m5"));
     assert_eq!(i.labels.get(labels::CAPACITY_TYPE).map(String::as_str), Some("spot"));

@@ -121,7 +121,7 @@ pub fn pool_inputs(state: &ClusterState, types_for: &dyn Fn(&NodePool) -> Vec<In
                     .and_then(|x| x.status.as_ref())
                     .and_then(|s| s.capacity.as_ref())
                     .and_then(|c| Resources::from_resource_list(c).ok())
-                    .unwrap_or(n.allocatable);
+                    .unwrap_or_else(|| n.allocatable.clone());
                 acc.add(&capacity)
             });
             PoolInput { pool: pool.clone(), instance_types: types_for(pool), in_use, nodes_in_use: nodes.len() as u64 }

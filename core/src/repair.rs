@@ -206,7 +206,10 @@ impl Repairer {
                 continue;
             }
             match replacement(inputs, node) {
-                Ok(cmd) => out.push(RepairDecision::Replace(cmd)),
+                Ok(mut cmd) => {
+                    cmd.termination_grace = Some(u.policy.termination_grace);
+                    out.push(RepairDecision::Replace(cmd))
+                }
                 Err(message) => {
                     out.push(RepairDecision::Blocked { node: node.name.clone(), event: "DisruptionBlocked", message })
                 }
@@ -263,6 +266,7 @@ fn replacement(inputs: &Inputs<'_>, node: &StateNode) -> Result<Command, String>
             .collect(),
         savings_per_hour: 0.0,
         explanation: "repair".into(),
+        termination_grace: None,
     })
 }
 
@@ -342,6 +346,11 @@ mod tests {
             true,
         );
         assert!(matches!(&d[..], [RepairDecision::Replace(c)] if c.reason == DisruptionReason::Unhealthy), "{d:?}");
+        // The fatal-XID policy's 5-minute termination grace bounds the drain of the node it replaces.
+        assert!(
+            matches!(&d[..], [RepairDecision::Replace(c)] if c.termination_grace == Some(Duration::from_secs(300))),
+            "{d:?}"
+        );
         let d = decide(fleet(node("n", sick("AcceleratedHardwareReady", "XID79", 9), json!({}))), &r, true);
         assert!(d.is_empty(), "inside the 10-minute toleration");
         let d = decide(fleet(node("n", sick("AcceleratedHardwareReady", "something else", 29), json!({}))), &r, true);

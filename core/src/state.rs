@@ -291,7 +291,7 @@ pub fn daemon_pod(ds: &DaemonSet) -> Result<DaemonPod, PodError> {
     let info = PodInfo::from_pod(&pod).map_err(|e| PodError { pod: format!("DaemonSet {name}"), ..e })?;
     Ok(DaemonPod {
         name,
-        requests: info.requests,
+        requests: info.requests.clone(),
         alternatives: info.requirement_alternatives(),
         tolerations: info.tolerations.clone(),
     })
@@ -428,7 +428,7 @@ impl ClusterState {
                     .ok()
                     .flatten()
                     .filter(|r| !r.is_zero())
-                    .map_or(allocatable, |r| r.max(&allocatable)),
+                    .map_or_else(|| allocatable.clone(), |r| r.max(&allocatable)),
                 _ => allocatable,
             };
             let (claim, inferred) = match (claim_for_node.get(name.as_str()), &pool) {

@@ -311,7 +311,7 @@ impl SelfManagedNodeClass {
                 }
                 Some(_) => {}
                 None => {
-                    shapes.insert(class.clone(), (i, capacity, m.gpu.model.clone(), arch.clone()));
+                    shapes.insert(class.clone(), (i, capacity.clone(), m.gpu.model.clone(), arch.clone()));
                 }
             }
             out.push(Machine {
@@ -349,7 +349,7 @@ pub(crate) fn instance_types<'a>(machines: impl IntoIterator<Item = (&'a Machine
             let it = InstanceType {
                 name: m.class.clone(),
                 labels: m.type_labels(),
-                capacity: m.capacity,
+                capacity: m.capacity.clone(),
                 overhead: Default::default(),
                 offerings: Vec::new(),
             };

@@ -722,8 +722,8 @@ impl SelfManagedProvider {
             capacity_type: CapacityType::Reserved,
             state,
             launch_time: h.launched_at,
-            capacity: m.capacity,
-            allocatable: m.capacity,
+            capacity: m.capacity.clone(),
+            allocatable: m.capacity.clone(),
             image_id: None,
             labels: m.node_labels(),
             lease: None,
@@ -871,7 +871,7 @@ impl SelfManagedProvider {
         let it = InstanceType {
             name: m.class.clone(),
             labels: m.node_labels(),
-            capacity: m.capacity,
+            capacity: m.capacity.clone(),
             overhead: Default::default(),
             offerings: Vec::new(),
         };

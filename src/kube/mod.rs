@@ -38,7 +38,9 @@ use kube::{Client, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 use tenon_core::api::{NodeClaim, NodePool};
-use tenon_core::cluster::{ApiError, ApiErrorKind, Cluster, ClusterEvent, EventType, Snapshot, Storage, pod_key};
+use tenon_core::cluster::{
+    ApiError, ApiErrorKind, AttachedVolume, Cluster, ClusterEvent, EventType, Snapshot, Storage, pod_key,
+};
 use tokio::sync::{Notify, mpsc};
 
 /// The field manager tenon's writes are recorded under.
@@ -297,7 +299,13 @@ impl KubeCluster {
                     .state()
                     .iter()
                     .filter(|v| v.status.as_ref().is_some_and(|st| st.attached))
-                    .map(|v| (v.name_any(), v.spec.node_name.clone()))
+                    .map(|v| {
+                        let attached = AttachedVolume {
+                            node: v.spec.node_name.clone(),
+                            persistent_volume: v.spec.source.persistent_volume_name.clone(),
+                        };
+                        (v.name_any(), attached)
+                    })
                     .collect(),
             ),
             storage: Storage {

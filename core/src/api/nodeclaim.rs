@@ -117,6 +117,30 @@ pub struct NodeClaimStatus {
 }
 
 impl NodeClaim {
+    /// When its drain must end, once it is being deleted: the earlier of the
+    /// `karpenter.sh/nodeclaim-termination-timestamp` annotation (what repair writes, and what Karpenter
+    /// writes on deletion) and its deletion timestamp plus `terminationGracePeriod`. `None`: the drain may
+    /// take as long as its pods need. An annotation that is no RFC 3339 time is ignored, with a warning.
+    pub fn termination_deadline(&self) -> Option<Timestamp> {
+        let annotated = self.metadata.annotations.as_ref().and_then(|a| a.get(labels::NODECLAIM_TERMINATION_TIMESTAMP));
+        let annotated = annotated.and_then(|v| match v.parse::<Timestamp>() {
+            Ok(t) => Some(t),
+            Err(e) => {
+                tracing::warn!(claim = %self.name(), annotation = labels::NODECLAIM_TERMINATION_TIMESTAMP, value = %v,
+                    error = %e, "ignoring an unparseable termination timestamp");
+                None
+            }
+        });
+        let graced = match (&self.metadata.deletion_timestamp, self.spec.termination_grace_period) {
+            (Some(t), Some(grace)) => Some(crate::clock::add(t.0, grace.0)),
+            _ => None,
+        };
+        match (annotated, graced) {
+            (Some(a), Some(g)) => Some(a.min(g)),
+            (a, g) => a.or(g),
+        }
+    }
+
     /// The claim's name.
     pub fn name(&self) -> &str {
         self.metadata.name.as_deref().unwrap_or("")

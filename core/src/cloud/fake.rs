@@ -556,7 +556,7 @@ impl CloudProvider for FakeCloud {
             capacity_type: offering.capacity_type,
             state: if st.boot_delay.is_zero() { InstanceState::Running } else { InstanceState::Pending },
             launch_time: now,
-            capacity: it.capacity,
+            capacity: it.capacity.clone(),
             allocatable: it.allocatable(),
             image_id: Some("fake-image-1".into()),
             labels: node_labels,

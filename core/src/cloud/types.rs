@@ -119,7 +119,7 @@ impl Offering {
 }
 
 /// What the kubelet and system hold back from an instance's capacity.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Overhead {
     /// Reserved for Kubernetes daemons.

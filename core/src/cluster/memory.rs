@@ -15,7 +15,7 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 
-use super::{ApiError, ApiErrorKind, Cluster, ClusterEvent, Snapshot, pod_key};
+use super::{ApiError, ApiErrorKind, AttachedVolume, Cluster, ClusterEvent, Snapshot, pod_key};
 use crate::api::{NodeClaim, NodePool};
 
 /// The kinds of write the port makes, for injecting faults.
@@ -240,9 +240,20 @@ impl Objects {
         Arc::make_mut(&mut self.current.pdbs).push(pdb);
     }
 
-    /// Records a VolumeAttachment of `node`.
-    pub fn attach_volume(&mut self, attachment: &str, node: &str) {
-        Arc::make_mut(&mut self.current.volume_attachments).insert(attachment.to_owned(), node.to_owned());
+    /// Records a VolumeAttachment of `node`, of PersistentVolume `volume` (`None`: an inline volume).
+    pub fn attach_volume(&mut self, attachment: &str, node: &str, volume: Option<&str>) {
+        let attached = AttachedVolume { node: node.to_owned(), persistent_volume: volume.map(str::to_owned) };
+        Arc::make_mut(&mut self.current.volume_attachments).insert(attachment.to_owned(), attached);
+    }
+
+    /// Adds (or replaces) a PersistentVolumeClaim.
+    pub fn put_volume_claim(&mut self, pvc: k8s_openapi::api::core::v1::PersistentVolumeClaim) {
+        let key = format!(
+            "{}/{}",
+            pvc.metadata.namespace.as_deref().unwrap_or("default"),
+            pvc.metadata.name.as_deref().unwrap_or_default()
+        );
+        Arc::make_mut(&mut self.current.storage.claims).insert(key, Arc::new(pvc));
     }
 
     /// Removes a VolumeAttachment.

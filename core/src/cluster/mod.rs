@@ -165,12 +165,21 @@ pub struct Snapshot {
     pub daemon_sets: Arc<Vec<DaemonSet>>,
     /// PodDisruptionBudgets.
     pub pdbs: Arc<Vec<PodDisruptionBudget>>,
-    /// VolumeAttachments: attachment name → node.
-    pub volume_attachments: Arc<BTreeMap<String, String>>,
+    /// Attached VolumeAttachments by name.
+    pub volume_attachments: Arc<BTreeMap<String, AttachedVolume>>,
     /// The storage a pod's volumes need of its node: PersistentVolumes by name (their node affinity),
     /// PersistentVolumeClaims by `namespace/name`, StorageClasses by name (binding mode, allowed
     /// topologies) and CSINodes by name (each driver's attach limit on that node).
     pub storage: Storage,
+}
+
+/// An attached VolumeAttachment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AttachedVolume {
+    /// The node it is attached to.
+    pub node: String,
+    /// The PersistentVolume attached (`spec.source.persistentVolumeName`); `None` for an inline volume.
+    pub persistent_volume: Option<String>,
 }
 
 /// The storage objects of a [`Snapshot`]; each collection is shared like the snapshot's others.
@@ -243,7 +252,33 @@ impl Snapshot {
 
     /// Names of the VolumeAttachments still bound to a node.
     pub fn volume_attachments(&self, node: &str) -> Vec<String> {
-        self.volume_attachments.iter().filter(|(_, n)| n.as_str() == node).map(|(v, _)| v.clone()).collect()
+        self.volume_attachments.iter().filter(|(_, a)| a.node == node).map(|(v, _)| v.clone()).collect()
+    }
+
+    /// The attachments of `node` its termination waits for, as Karpenter's termination controller filters
+    /// them: those of persistent volumes, less the volumes of pods the drain leaves on the node (static pods,
+    /// pods tolerating the disruption taint, finished or stuck terminating ones; see
+    /// [`crate::termination::drainable`]), which stay attached until the instance goes.
+    pub fn pending_volume_attachments(&self, node: &str, now: jiff::Timestamp) -> Vec<String> {
+        let kept: std::collections::BTreeSet<&str> = self
+            .pods_on_node(node)
+            .filter(|p| !crate::termination::drainable(p, now))
+            .flat_map(|p| {
+                let ns = p.metadata.namespace.as_deref().unwrap_or("default");
+                let volumes = p.spec.as_ref().and_then(|s| s.volumes.as_ref());
+                volumes.into_iter().flatten().filter_map(move |v| {
+                    let claim = v.persistent_volume_claim.as_ref()?;
+                    let pvc = self.storage.claims.get(&format!("{ns}/{}", claim.claim_name))?;
+                    pvc.spec.as_ref()?.volume_name.as_deref()
+                })
+            })
+            .collect();
+        self.volume_attachments
+            .iter()
+            .filter(|(_, a)| a.node == node)
+            .filter(|(_, a)| a.persistent_volume.as_deref().is_some_and(|pv| !kept.contains(pv)))
+            .map(|(name, _)| name.clone())
+            .collect()
     }
 
     /// Whether some pod waits for a node: unbound and not finished.

@@ -37,6 +37,8 @@ pub struct Candidate {
     /// The cost of moving them (pod count weighted by priority and `karpenter.sh/disruption-cost`, scaled
     /// by the node's remaining lifetime).
     pub disruption_cost: f64,
+    /// What disrupting the node costs to the Balanced policy's score: [`reschedule_cost`] of its pods.
+    pub reschedule_cost: f64,
     /// Why it drifted, if it did.
     pub drift: Option<String>,
     /// Whether `consolidateAfter` has elapsed since its last pod event.
@@ -83,6 +85,12 @@ pub fn pod_cost(pod: &StatePod) -> f64 {
     }
     cost += f64::from(pod.info.priority) / 2f64.powi(25);
     cost.clamp(-10.0, 10.0)
+}
+
+/// What disrupting a node running `pods` (those that would have to move) costs to the Balanced policy:
+/// 1 for the node itself plus each pod's eviction cost where it is positive, as Karpenter weighs it.
+pub fn reschedule_cost<'p>(pods: impl IntoIterator<Item = &'p StatePod>) -> f64 {
+    1.0 + pods.into_iter().map(|p| pod_cost(p).max(0.0)).sum::<f64>()
 }
 
 /// Whether a `karpenter.sh/do-not-disrupt` annotation on the pod holds at `now`
@@ -354,6 +362,7 @@ pub fn candidates(
             price: price.unwrap_or(0.0),
             capacity_type: node.capacity_type(),
             instance_type: node.label(labels::INSTANCE_TYPE).unwrap_or_default().to_owned(),
+            reschedule_cost: reschedule_cost(pods.iter().map(|i| &state.pods[*i])),
             pods,
             disruption_cost,
             drift,

@@ -1,10 +1,9 @@
 //! The backwards simulation and the methods built on it.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
-use std::time::Instant;
 
-use super::candidates::{Blocked, Candidate, allowances};
+use super::candidates::{self, Blocked, Candidate, allowances};
 use super::{CandidateRef, Command, Decision, Inputs, Replacement};
 use crate::api::{ConsolidationPolicy, DisruptionReason, labels};
 use crate::cloud::{CapacityType, InstanceType};
@@ -90,11 +89,103 @@ pub struct Simulator<'a> {
     /// As `base`, with nodes inside their own `consolidateAfter` taking no pods from others.
     settled: Scheduler,
     pods: Vec<Arc<PodInfo>>,
-    pool_cost: HashMap<String, f64>,
-    pool_disruption: HashMap<String, f64>,
+    /// Each pool's cost and disruption, the Balanced policy's denominators.
+    pool_totals: HashMap<String, PoolTotals>,
     split_attempts: u32,
     /// Nodes not yet initialized and Ready: no candidate's pods may count on them.
     booting: HashSet<String>,
+    /// The pools single-node consolidation did not reach before it ran out of time, when it did; `None`
+    /// when it found a command (the previous pass's record stands).
+    unseen_pools: Option<BTreeSet<String>>,
+}
+
+/// A pool's whole cost per hour and whole disruption cost, over every node it has (candidates or not).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct PoolTotals {
+    /// What its nodes cost per hour (those with a known price).
+    pub cost: f64,
+    /// The sum of its nodes' [`candidates::reschedule_cost`].
+    pub disruption: f64,
+}
+
+/// The Balanced policy's verdict on a move, for one pool: the share of the pool's cost it saves against
+/// the share of the pool's disruption it causes.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Score {
+    /// Savings ÷ the pool's cost.
+    pub savings: f64,
+    /// Disruption ÷ the pool's disruption.
+    pub disruption: f64,
+}
+
+impl Score {
+    /// Scores `savings` per hour for `disruption` against a pool's totals; with either total zero there is
+    /// nothing to weigh against, and the score is zero.
+    pub fn of(savings: f64, disruption: f64, totals: PoolTotals) -> Self {
+        if totals.cost <= 0.0 || totals.disruption <= 0.0 {
+            return Self { savings: 0.0, disruption: 0.0 };
+        }
+        Self { savings: savings / totals.cost, disruption: disruption / totals.disruption }
+    }
+
+    /// Savings share ÷ disruption share: zero when nothing is saved, infinite when nothing is disrupted.
+    pub fn value(&self) -> f64 {
+        if self.savings <= 0.0 {
+            0.0
+        } else if self.disruption == 0.0 {
+            f64::INFINITY
+        } else {
+            self.savings / self.disruption
+        }
+    }
+
+    /// The score a move needs: 1/k.
+    pub fn threshold() -> f64 {
+        1.0 / BALANCED_K
+    }
+
+    /// Whether the move is worth its disruption.
+    pub fn approved(&self) -> bool {
+        self.value() >= Self::threshold()
+    }
+
+    fn describe(&self) -> String {
+        format!(
+            "saves {:.1}% of the pool's cost for {:.1}% of its disruption (score {:.2}, threshold {:.2})",
+            100.0 * self.savings,
+            100.0 * self.disruption,
+            self.value(),
+            Self::threshold()
+        )
+    }
+}
+
+/// Every pool's [`PoolTotals`] over all its nodes: a candidate counts with its own price and reschedule
+/// cost, any other node (blocked, booting, deleting) with its offering's price and its reschedulable pods,
+/// as Karpenter's `computeNodePoolTotals` sums them.
+fn pool_totals(inputs: &Inputs<'_>, cands: &[Candidate]) -> HashMap<String, PoolTotals> {
+    let state = inputs.state;
+    let by_index: HashMap<usize, &Candidate> = cands.iter().map(|c| (c.index, c)).collect();
+    let mut types: HashMap<&str, Vec<InstanceType>> = HashMap::new();
+    let mut totals: HashMap<String, PoolTotals> = HashMap::new();
+    for (i, node) in state.nodes.iter().enumerate() {
+        let Some(pool) = node.pool.as_deref() else { continue };
+        let (price, disruption) = match by_index.get(&i) {
+            Some(c) => (c.price, c.reschedule_cost),
+            None => {
+                let price = match state.pool(pool) {
+                    Some(np) => node.price(types.entry(pool).or_insert_with(|| (inputs.types_for)(np))).unwrap_or(0.0),
+                    None => 0.0,
+                };
+                let pods = node.pods.iter().map(|p| &state.pods[*p]).filter(|p| p.reschedulable());
+                (price, candidates::reschedule_cost(pods))
+            }
+        };
+        let t = totals.entry(pool.to_owned()).or_default();
+        t.cost += price;
+        t.disruption += disruption;
+    }
+    totals
 }
 
 impl<'a> Simulator<'a> {
@@ -109,14 +200,15 @@ impl<'a> Simulator<'a> {
         // (often on capacity booting for them) is not room for the candidates' pods.
         let first: Vec<Arc<PodInfo>> = state.pods_to_place().map(|p| Arc::clone(&p.info)).collect();
         if !first.is_empty() {
-            let requests: HashMap<String, Resources> = first.iter().map(|p| (p.key.clone(), p.requests)).collect();
+            let requests: HashMap<String, Resources> =
+                first.iter().map(|p| (p.key.clone(), p.requests.clone())).collect();
             let by_name: HashMap<String, usize> = nodes.iter().enumerate().map(|(i, n)| (n.name.clone(), i)).collect();
             let placed = Scheduler::new(pools.clone(), nodes.clone(), bound.clone(), &state.daemons, options.clone())
                 .solve_shared(first);
             for p in placed.existing {
                 let Some(&i) = by_name.get(&p.node) else { continue };
                 for r in p.pods.iter().filter_map(|k| requests.get(k)) {
-                    nodes[i].available = nodes[i].available.sub(r);
+                    nodes[i].available.sub_assign(r);
                 }
             }
         }
@@ -126,14 +218,9 @@ impl<'a> Simulator<'a> {
         let mut settled = base.clone();
         let unsettled: Vec<&str> = cands.iter().filter(|c| !c.consolidatable).map(|c| c.node.as_str()).collect();
         settled.block_nodes(&unsettled);
-        let mut pool_cost = HashMap::new();
-        let mut pool_disruption = HashMap::new();
-        for c in cands {
-            *pool_cost.entry(c.pool.clone()).or_insert(0.0) += c.price;
-            *pool_disruption.entry(c.pool.clone()).or_insert(0.0) += c.disruption_cost;
-        }
+        let pool_totals = pool_totals(inputs, cands);
         let booting = state.nodes.iter().filter(|n| !n.initialized || !n.ready).map(|n| n.name.clone()).collect();
-        Self { inputs, base, settled, pods, pool_cost, pool_disruption, split_attempts: 0, booting }
+        Self { inputs, base, settled, pods, pool_totals, split_attempts: 0, booting, unseen_pools: None }
     }
 
     fn settings(&self) -> &'a crate::settings::Settings {
@@ -221,6 +308,7 @@ impl<'a> Simulator<'a> {
             replacements: Vec::new(),
             savings_per_hour: savings,
             explanation: String::new(),
+            termination_grace: None,
         };
         (vec![command], notes)
     }
@@ -287,6 +375,7 @@ impl<'a> Simulator<'a> {
                         "drifted: {}; a node of the pool's template replaces it",
                         c.drift.as_deref().unwrap_or("")
                     ),
+                    termination_grace: None,
                 });
                 continue;
             }
@@ -327,6 +416,7 @@ impl<'a> Simulator<'a> {
                 replacements,
                 savings_per_hour: c.price - likely,
                 explanation: format!("drifted: {}", c.drift.as_deref().unwrap_or("")),
+                termination_grace: None,
             };
             return (vec![command], notes);
         }
@@ -343,6 +433,7 @@ impl<'a> Simulator<'a> {
             candidates: Self::refs(&empties),
             replacements: Vec::new(),
             explanation: "drifted and empty".into(),
+            termination_grace: None,
         };
         (vec![command], notes)
     }
@@ -379,7 +470,11 @@ impl<'a> Simulator<'a> {
 
     /// Multi-node consolidation: the largest prefix (at least two, at most 100) of the sorted candidates
     /// that can go at once, with at most one replacement, found by binary search.
-    pub fn multi_node(&mut self, cands: &[Candidate], started: Instant) -> (Vec<Command>, Vec<Blocked>) {
+    pub fn multi_node(
+        &mut self,
+        cands: &[Candidate],
+        out_of_time: &mut dyn FnMut() -> bool,
+    ) -> (Vec<Command>, Vec<Blocked>) {
         let (sorted, notes) = self.consolidation_candidates(cands);
         let mut budget: HashMap<String, u64> =
             allowances(self.inputs.state, DisruptionReason::Underutilized, self.inputs.now)
@@ -404,7 +499,7 @@ impl<'a> Simulator<'a> {
         let (mut lo, mut hi) = (2, pool.len());
         let mut best: Option<Command> = None;
         while lo <= hi {
-            if started.elapsed() > self.settings().multi_node_consolidation_timeout {
+            if out_of_time() {
                 break;
             }
             let mid = (lo + hi) / 2;
@@ -419,24 +514,35 @@ impl<'a> Simulator<'a> {
         (best.into_iter().collect(), notes)
     }
 
-    /// Single-node consolidation: each candidate in turn, the first that can be deleted or replaced.
-    pub fn single_node(&mut self, cands: &[Candidate], started: Instant) -> (Vec<Command>, Vec<Blocked>) {
+    /// Single-node consolidation: each candidate in turn ([`interleave`]d across pools, `first` the pools
+    /// a previous pass did not reach), the first that can be deleted or replaced. `out_of_time` is asked
+    /// before each candidate; once it answers true the rest are left for a later pass, and the pools not
+    /// reached are kept ([`Simulator::take_unseen_pools`]).
+    pub fn single_node(
+        &mut self,
+        cands: &[Candidate],
+        first: &BTreeSet<String>,
+        out_of_time: &mut dyn FnMut() -> bool,
+    ) -> (Vec<Command>, Vec<Blocked>) {
         let (sorted, mut notes) = self.consolidation_candidates(cands);
+        let sorted = interleave(sorted, first);
+        let mut unseen: BTreeSet<String> = sorted.iter().map(|c| c.pool.clone()).collect();
         let budget: HashMap<String, (u64, Option<String>)> =
             allowances(self.inputs.state, DisruptionReason::Underutilized, self.inputs.now)
                 .into_iter()
                 .map(|(p, a, u)| (p, (a, u)))
                 .collect();
-        let mut out_of_time = false;
+        let mut timed_out = false;
         for c in sorted {
-            if out_of_time || started.elapsed() > self.settings().single_node_consolidation_timeout {
-                out_of_time = true;
+            if timed_out || out_of_time() {
+                timed_out = true;
                 notes.push(Blocked {
                     node: c.node.clone(),
                     reason: "inconclusive: consolidation ran out of time this pass; a later pass retries".into(),
                 });
                 continue;
             }
+            unseen.remove(&c.pool);
             match budget.get(&c.pool) {
                 Some((0, until)) => {
                     notes.push(budget_note(c, DisruptionReason::Underutilized, until.as_deref()));
@@ -445,12 +551,23 @@ impl<'a> Simulator<'a> {
                 None => continue,
                 Some(_) => {}
             }
+            if let Err(reason) = self.can_pass_threshold(c) {
+                notes.push(Blocked { node: c.node.clone(), reason });
+                continue;
+            }
             match self.consolidate(&[c], false) {
                 Ok(cmd) => return (vec![cmd], notes),
                 Err(reason) => notes.push(Blocked { node: c.node.clone(), reason }),
             }
         }
+        self.unseen_pools = Some(if timed_out { unseen } else { BTreeSet::new() });
         (Vec::new(), notes)
+    }
+
+    /// The pools the last single-node pass did not reach because it ran out of time (empty when it reached
+    /// them all), or `None` when it found a command or did not run.
+    pub fn take_unseen_pools(&mut self) -> Option<BTreeSet<String>> {
+        self.unseen_pools.take()
     }
 
     /// Whether `cands` can go: delete when their pods fit the rest of the fleet, replace when one cheaper
@@ -469,6 +586,7 @@ impl<'a> Simulator<'a> {
                 replacements: Vec::new(),
                 savings_per_hour: price,
                 explanation: "its pods fit on the rest of the fleet".into(),
+                termination_grace: None,
             }),
             1 => self.replace(cands, &r.claims[0], price, multi),
             n => Err(format!("its pods would need {n} new nodes; one node is replaced by at most one")),
@@ -570,6 +688,7 @@ impl<'a> Simulator<'a> {
             replacements: vec![r],
             savings_per_hour: savings,
             explanation,
+            termination_grace: None,
         })
     }
 
@@ -668,41 +787,98 @@ impl<'a> Simulator<'a> {
             replacements,
             savings_per_hour: savings,
             explanation: format!("split 1 → {} under a ${price:.2}/h ceiling", r.claims.len()),
+            termination_grace: None,
         }))
     }
 
-    /// The Balanced policy: approve when the savings share of the pool's cost is at least half the
-    /// disruption share of the pool's pods.
+    /// The Balanced policy, for each Balanced pool among the candidates' (as Karpenter's `balanced.go`):
+    /// the pool's share of the savings (all of it, or split by the candidates' prices when the move spans
+    /// pools) against its candidates' reschedule cost, over the pool's whole cost and disruption. Every
+    /// Balanced pool must approve.
     fn balanced(&self, cands: &[&Candidate], mut command: Command) -> Result<Command, String> {
         let state = self.inputs.state;
-        let pool = &cands[0].pool;
-        if state.pool(pool).is_none_or(|p| p.spec.disruption.consolidation_policy != ConsolidationPolicy::Balanced) {
+        let mut pools: Vec<&str> = cands.iter().map(|c| c.pool.as_str()).collect();
+        pools.sort_unstable();
+        pools.dedup();
+        let source_cost: f64 = cands.iter().map(|c| c.price).sum();
+        let mut verdicts = Vec::new();
+        let mut approved = true;
+        for pool in &pools {
+            if state.pool(pool).is_none_or(|p| p.spec.disruption.consolidation_policy != ConsolidationPolicy::Balanced)
+            {
+                continue;
+            }
+            let mine = cands.iter().filter(|c| c.pool == *pool);
+            let (cost, disruption) = mine.fold((0.0, 0.0), |(p, d), c| (p + c.price, d + c.reschedule_cost));
+            let savings = if pools.len() > 1 && source_cost > 0.0 {
+                command.savings_per_hour * cost / source_cost
+            } else {
+                command.savings_per_hour
+            };
+            let score = Score::of(savings, disruption, self.pool_totals.get(*pool).copied().unwrap_or_default());
+            approved &= score.approved();
+            verdicts.push(if pools.len() > 1 {
+                format!("NodePool {pool} {}", score.describe())
+            } else {
+                score.describe()
+            });
+        }
+        if verdicts.is_empty() {
             return Ok(command);
         }
-        let cost = self.pool_cost.get(pool).copied().unwrap_or(0.0);
-        let disruption = self.pool_disruption.get(pool).copied().unwrap_or(0.0);
-        let moved: f64 = cands.iter().map(|c| c.disruption_cost).sum();
-        let savings_share = if cost > 0.0 { command.savings_per_hour / cost } else { 0.0 };
-        let disruption_share = if disruption > 0.0 { moved / disruption } else { 0.0 };
-        if disruption_share <= 0.0 {
-            command.explanation =
-                format!("Balanced: saves {:.1}% of the pool's cost with no disruption", 100.0 * savings_share);
-            return Ok(command);
-        }
-        let score = savings_share / disruption_share;
-        let verdict = format!(
-            "Balanced: saves {:.1}% of the pool's cost for {:.1}% of its disruption (score {score:.2}, threshold {:.2})",
-            100.0 * savings_share,
-            100.0 * disruption_share,
-            1.0 / BALANCED_K
-        );
-        if score >= 1.0 / BALANCED_K {
+        let verdict = format!("Balanced: {}", verdicts.join("; "));
+        if approved {
             command.explanation = verdict;
             Ok(command)
         } else {
             Err(format!("{verdict}: not worth the disruption"))
         }
     }
+
+    /// Karpenter's `CanPassThreshold`: whether deleting the candidate outright (the best any move on it can
+    /// do) would pass its pool's Balanced score; `Err` says why not. Other policies always pass.
+    fn can_pass_threshold(&self, c: &Candidate) -> Result<(), String> {
+        let balanced = self
+            .inputs
+            .state
+            .pool(&c.pool)
+            .is_some_and(|p| p.spec.disruption.consolidation_policy == ConsolidationPolicy::Balanced);
+        let totals = self.pool_totals.get(&c.pool).copied().unwrap_or_default();
+        if !balanced || totals.cost <= 0.0 {
+            return Ok(());
+        }
+        let best = Score::of(c.price, c.reschedule_cost, totals);
+        if best.approved() {
+            Ok(())
+        } else {
+            Err(format!("Balanced: even deleting it {}: not worth the disruption", best.describe()))
+        }
+    }
+}
+
+/// Single-node consolidation's order: the candidates by savings ratio, taken in turn from each pool (the
+/// pools `first` names, where a previous pass ran out of time before reaching them, then the others in the
+/// order of their best candidate), so no pool's nodes wait behind every node of another.
+fn interleave<'c>(sorted: Vec<&'c Candidate>, first: &BTreeSet<String>) -> Vec<&'c Candidate> {
+    let mut order: Vec<&str> = Vec::new();
+    let mut by_pool: HashMap<&str, Vec<&'c Candidate>> = HashMap::new();
+    for c in sorted {
+        if !by_pool.contains_key(c.pool.as_str()) {
+            order.push(c.pool.as_str());
+        }
+        by_pool.entry(c.pool.as_str()).or_default().push(c);
+    }
+    order.sort_by_key(|p| !first.contains(*p));
+    let longest = by_pool.values().map(Vec::len).max().unwrap_or(0);
+    let mut out = Vec::new();
+    for i in 0..longest {
+        for pool in &order {
+            if let Some(c) = by_pool.get(pool).and_then(|cs| cs.get(i)) {
+                out.push(*c);
+            }
+        }
+    }
+    out
 }
 
 fn budget_note(c: &Candidate, reason: DisruptionReason, until: Option<&str>) -> Blocked {

@@ -13,6 +13,7 @@ mod consolidation;
 pub mod queue;
 pub mod workload;
 
+use std::collections::BTreeSet;
 use std::time::Instant;
 
 use jiff::Timestamp;
@@ -20,9 +21,9 @@ use serde::Serialize;
 
 pub use candidates::{
     Blocked, Candidate, INSTANCE_TYPE_NOT_FOUND, ON_DEMAND_LEASE_EXPIRED, allowances, blocking_pdb, candidates,
-    do_not_disrupt, drift_reason, last_pod_event, pdb_allowed, pod_cost,
+    do_not_disrupt, drift_reason, last_pod_event, pdb_allowed, pod_cost, reschedule_cost,
 };
-pub use consolidation::Simulator;
+pub use consolidation::{PoolTotals, Score, Simulator};
 
 use crate::api::{DisruptionReason, NodePool};
 use crate::cloud::{CapacityType, InstanceType};
@@ -110,6 +111,11 @@ pub struct Command {
     /// For a person: how the decision was reached (policy scores, retries).
     #[serde(skip_serializing_if = "String::is_empty")]
     pub explanation: String,
+    /// How long the candidates' drain may take once their claims are deleted, when the method bounds it
+    /// (repair, by its policy): written to each claim as `karpenter.sh/nodeclaim-termination-timestamp`.
+    /// `None` leaves the claims' own `terminationGracePeriod`.
+    #[serde(skip)]
+    pub termination_grace: Option<std::time::Duration>,
 }
 
 /// The outcome of one pass.
@@ -129,6 +135,11 @@ pub struct Pass {
     /// What the pass measured: for the operator's metrics, not for a plan.
     #[serde(skip)]
     pub stats: PassStats,
+    /// The pools single-node consolidation did not reach before its timeout (empty when it reached them
+    /// all); `None` when it did not finish a sweep (it found a command, or an earlier method acted). The
+    /// next pass takes them first ([`compute_with`]).
+    #[serde(skip)]
+    pub unseen_pools: Option<BTreeSet<String>>,
 }
 
 /// What a pass measured, for Karpenter's `voluntary_disruption` metrics.
@@ -171,10 +182,22 @@ pub fn compute(inputs: &Inputs<'_>) -> Pass {
 }
 
 /// A pass over candidates already found by [`candidates`], with the nodes they left out and why.
-pub fn compute_from(inputs: &Inputs<'_>, cands: Vec<Candidate>, mut blocked: Vec<Blocked>) -> Pass {
+pub fn compute_from(inputs: &Inputs<'_>, cands: Vec<Candidate>, blocked: Vec<Blocked>) -> Pass {
+    compute_with(inputs, cands, blocked, &BTreeSet::new())
+}
+
+/// As [`compute_from`], single-node consolidation taking the pools of `unseen` first: those a previous
+/// pass's single-node sweep ran out of time before reaching ([`Pass::unseen_pools`]). Each consolidation
+/// method has its own timeout (`multi-node-consolidation-timeout`, `single-node-consolidation-timeout`),
+/// counted from its own start.
+pub fn compute_with(
+    inputs: &Inputs<'_>,
+    cands: Vec<Candidate>,
+    mut blocked: Vec<Blocked>,
+    unseen: &BTreeSet<String>,
+) -> Pass {
     let filtered = blocked.iter().map(|b| b.node.clone()).collect();
     let mut sim = Simulator::new(inputs, &cands);
-    let started = Instant::now();
     let mut stats = PassStats { evaluations: Vec::new(), eligible: PassStats::eligible(&cands) };
     for method in [
         Method::Emptiness,
@@ -188,8 +211,14 @@ pub fn compute_from(inputs: &Inputs<'_>, cands: Vec<Candidate>, mut blocked: Vec
             Method::Emptiness => sim.emptiness(&cands),
             Method::StaticDrift => sim.drift(&cands, true),
             Method::Drift => sim.drift(&cands, false),
-            Method::MultiNodeConsolidation => sim.multi_node(&cands, started),
-            Method::SingleNodeConsolidation => sim.single_node(&cands, started),
+            Method::MultiNodeConsolidation => {
+                let timeout = inputs.settings.multi_node_consolidation_timeout;
+                sim.multi_node(&cands, &mut || began.elapsed() > timeout)
+            }
+            Method::SingleNodeConsolidation => {
+                let timeout = inputs.settings.single_node_consolidation_timeout;
+                sim.single_node(&cands, unseen, &mut || began.elapsed() > timeout)
+            }
             // Repair runs from the controller, which holds the provider's policies and reboot history.
             Method::NodeRepair => (Vec::new(), Vec::new()),
         };
@@ -198,12 +227,21 @@ pub fn compute_from(inputs: &Inputs<'_>, cands: Vec<Candidate>, mut blocked: Vec
             let acted: Vec<&str> = commands.iter().flat_map(|c| c.candidates.iter().map(|x| x.node.as_str())).collect();
             blocked.extend(notes.into_iter().filter(|b| !acted.contains(&b.node.as_str())));
             dedupe(&mut blocked);
-            return Pass { method: Some(method), commands, unconsolidatable: blocked, blocked: filtered, stats };
+            let unseen_pools = None;
+            return Pass {
+                method: Some(method),
+                commands,
+                unconsolidatable: blocked,
+                blocked: filtered,
+                stats,
+                unseen_pools,
+            };
         }
         blocked.extend(notes);
     }
     dedupe(&mut blocked);
-    Pass { method: None, commands: Vec::new(), unconsolidatable: blocked, blocked: filtered, stats }
+    let unseen_pools = sim.take_unseen_pools();
+    Pass { method: None, commands: Vec::new(), unconsolidatable: blocked, blocked: filtered, stats, unseen_pools }
 }
 
 /// How long a pass that found nothing is trusted while its digest stays the same. Prices, budgets and
@@ -221,7 +259,7 @@ pub fn digest(inputs: &Inputs<'_>, cands: &[Candidate]) -> u64 {
     let state = inputs.state;
     for n in &state.nodes {
         (&n.name, &n.pool, n.deleting, n.ready, n.initialized, n.unschedulable, n.nominated).hash(&mut h);
-        (n.allocatable, n.requested, n.taints.len(), n.pods.len()).hash(&mut h);
+        (&n.allocatable, &n.requested, n.taints.len(), n.pods.len()).hash(&mut h);
     }
     for p in &state.pods {
         (&p.info.key, &p.info.node_name, p.terminal).hash(&mut h);

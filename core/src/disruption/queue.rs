@@ -239,6 +239,13 @@ impl Queue {
                 let claims: Vec<String> = item.command.candidates.iter().map(|c| c.node_claim.clone()).collect();
                 let mut failed = false;
                 for c in &claims {
+                    if let Some(grace) = item.command.termination_grace
+                        && let Err(e) = bound_termination(cluster, c, clock::add(now, grace)).await
+                        && !e.is_not_found()
+                    {
+                        failed = true;
+                        continue;
+                    }
                     // A claim already gone is as good as deleted.
                     match cluster.delete_claim(c).await {
                         Ok(()) => {}
@@ -336,6 +343,23 @@ async fn untaint(cluster: &dyn Cluster, node: &str) -> Result<(), ApiError> {
 
 /// Sets (or, with `None`, clears) a claim's `DisruptionReason` condition (a claim already gone needs
 /// nothing cleared).
+/// Writes `karpenter.sh/nodeclaim-termination-timestamp` on a claim about to be deleted, unless it already
+/// holds an earlier deadline: its drain ends by `deadline`, whatever its `terminationGracePeriod`.
+async fn bound_termination(cluster: &dyn Cluster, claim: &str, deadline: Timestamp) -> Result<(), ApiError> {
+    let snapshot = cluster.snapshot();
+    let Some(c) = snapshot.claim(claim) else { return Err(ApiError::not_found(format!("NodeClaim/{claim}"))) };
+    if c.termination_deadline().is_some_and(|d| d <= deadline) {
+        return Ok(());
+    }
+    let mut c = crate::api::NodeClaim::clone(c);
+    let stamp = deadline.strftime("%Y-%m-%dT%H:%M:%SZ").to_string();
+    c.metadata
+        .annotations
+        .get_or_insert_with(Default::default)
+        .insert(labels::NODECLAIM_TERMINATION_TIMESTAMP.to_owned(), stamp);
+    cluster.patch_claim(&c).await.map(|_| ())
+}
+
 async fn set_reason(
     cluster: &dyn Cluster,
     claim: &str,
@@ -511,6 +535,9 @@ pub struct Controller {
     /// What the last pass left alone and why, and what it measured, until taken
     /// ([`Controller::take_pass_report`]).
     report: Option<(Notes, super::PassStats)>,
+    /// The pools the last single-node sweep ran out of time before reaching: the next pass takes them
+    /// first.
+    unseen_pools: std::collections::BTreeSet<String>,
 }
 
 /// A node a disruption pass left alone.
@@ -625,7 +652,10 @@ impl Controller {
         if self.quiet.is_some_and(|(d, at)| d == digest && clock::since(now, at) < super::QUIET_RECHECK) {
             return events;
         }
-        let pass = super::compute_from(inputs, cands, blocked);
+        let pass = super::compute_with(inputs, cands, blocked, &self.unseen_pools);
+        if let Some(unseen) = &pass.unseen_pools {
+            self.unseen_pools.clone_from(unseen);
+        }
         self.quiet = pass.method.is_none().then_some((digest, now));
         let notes = pass
             .unconsolidatable
@@ -953,6 +983,42 @@ mod tests {
         assert!(w.api.snapshot().claims["gpu-x1"].metadata.deletion_timestamp.is_some());
         assert!(!w.tainted("od") && !w.reason("od"), "taint and reason removed");
         assert!(!w.controller.queue.is_marked("od"));
+    }
+
+    /// A command bounding its candidates' drain (repair's policy) writes the deadline on each claim as it
+    /// deletes it; a claim already holding an earlier one keeps it.
+    #[tokio::test]
+    async fn a_bounded_command_writes_the_termination_deadline_before_it_deletes() {
+        let mut w = World::new();
+        {
+            // The claim is kept by its finalizer once deleted, for the test to read.
+            let mut api = w.api.lock();
+            let mut claim = NodeClaim::clone(&api.claims["od"]);
+            claim.metadata.finalizers = Some(vec![labels::TERMINATION_FINALIZER.to_owned()]);
+            api.put_claim(claim);
+        }
+        w.tick(t(0)).await;
+        let state = w.state(t(15));
+        let mut command = w.controller.proposals[0].command.clone();
+        command.termination_grace = Some(Duration::from_secs(30 * 60));
+        w.controller.proposals.clear();
+        let mut name_for = |pool: &str| format!("{pool}-b1");
+        w.controller
+            .queue
+            .start(command, &state, &w.api, &mut w.nominations, &w.settings, t(15), &mut name_for)
+            .await
+            .unwrap();
+        w.initialize("gpu-b1", t(90));
+        let events = w.tick(t(100)).await;
+        assert!(matches!(&events[..], [Event::Finished(Outcome::Completed { .. })]), "{events:?}");
+        let claim = w.api.snapshot().claims["od"].clone();
+        assert!(claim.metadata.deletion_timestamp.is_some());
+        let stamp = &claim.metadata.annotations.as_ref().unwrap()[labels::NODECLAIM_TERMINATION_TIMESTAMP];
+        assert_eq!(stamp, "2026-03-04T12:31:40Z", "100 s after the start of the test clock, plus 30 minutes");
+        assert_eq!(claim.termination_deadline(), Some(t(100 + 30 * 60)));
+        let log = w.log();
+        let patched = log.iter().position(|l| l == "patch metadata od").unwrap_or_else(|| panic!("{log:?}"));
+        assert!(log[patched..].contains(&"delete od".to_owned()), "annotated, then deleted: {log:?}");
     }
 
     /// A restart forgets the queue: what it had tainted is found and cleaned up before the next pass.

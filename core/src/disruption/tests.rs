@@ -114,7 +114,7 @@ impl Fleet {
         let inputs = Inputs { state: &state, types_for: &types_for, settings, now: now() };
         let (cands, _) = candidates(&state, &types_for, now());
         let mut sim = Simulator::new(&inputs, &cands);
-        sim.single_node(&cands, std::time::Instant::now())
+        sim.single_node(&cands, &Default::default(), &mut || false)
     }
 }
 
@@ -393,15 +393,123 @@ fn balanced_weighs_savings_against_disruption() {
     }
     fleet = fleet.pod("b0", "big", "20", 0, json!({}));
     let pass = fleet.pass();
-    // Replacing big (2.00 → a small at 0.10 cannot hold 20 CPU; large is the only fit) — nothing
-    // cheaper for big; moving the small node's 9 pods onto big saves 0.10 of 2.10 (4.8%) for 90% of the
-    // disruption: rejected with its score.
+    // Nothing is cheaper for big. Even deleting the small node, its 9 pods moving onto big, saves 0.10 of
+    // 2.10 (4.8%) for 10 of the pool's 12 units of disruption (each node 1, plus 1 per pod: 83.3%):
+    // rejected before any simulation, with its best-case score.
     let note = pass.unconsolidatable.iter().find(|b| b.node == "busy-small").unwrap();
-    assert!(
-        note.reason.starts_with("Balanced: saves 4.8% of the pool's cost for 90.0% of its disruption"),
-        "{}",
-        note.reason
+    assert_eq!(
+        note.reason,
+        "Balanced: even deleting it saves 4.8% of the pool's cost for 83.3% of its disruption (score 0.06, \
+         threshold 0.50): not worth the disruption"
     );
+}
+
+#[test]
+fn balanced_denominators_span_the_whole_pool() {
+    use CapacityType::*;
+    // A large node's one pod fits a small node with room; a third node is held by a do-not-disrupt pod
+    // (no candidate) but still counts in the pool's cost and disruption.
+    let types = vec![itype("small", 4, 0, &[("a", OnDemand, 0.10)]), itype("large", 32, 0, &[("a", OnDemand, 2.00)])];
+    let pinned = json!({"annotations": {labels::DO_NOT_DISRUPT: "true"}});
+    let mut fleet = Fleet { types, ..Default::default() }
+        .pool("b", json!({"spec": {"disruption": {"consolidationPolicy": "Balanced"}}}))
+        .node("big", "b", "large", "a", OnDemand)
+        .node("roomy", "b", "small", "a", OnDemand)
+        .node("pinned", "b", "small", "a", OnDemand)
+        .pod("mover", "big", "1", 0, json!({}))
+        .pod("resident", "roomy", "100m", 0, json!({}))
+        .pod("keeper", "pinned", "100m", 0, pinned);
+    for i in 0..6 {
+        fleet = fleet.pod(&format!("p{i}"), "pinned", "100m", 0, json!({}));
+    }
+    let pass = fleet.pass();
+    assert_eq!(pass.commands.len(), 1, "{:?}", pass.unconsolidatable);
+    let cmd = &pass.commands[0];
+    assert_eq!(cmd.candidates.iter().map(|c| c.node.as_str()).collect::<Vec<_>>(), ["big"]);
+    // Savings 2.00 of 2.20; disruption 2 (big: 1 + 1 pod) of 2 + 2 + 8 = 12, the pinned node's 8 included.
+    assert_eq!(
+        cmd.explanation,
+        "Balanced: saves 90.9% of the pool's cost for 16.7% of its disruption (score 5.45, threshold 0.50)"
+    );
+}
+
+#[test]
+fn balanced_scores_each_pool_of_a_multi_node_move_on_its_share() {
+    use CapacityType::*;
+    // Two Balanced pools; a nearly empty large node in each, whose pods both fit l2, the busy node of the
+    // left pool.
+    let types = vec![itype("small", 4, 0, &[("a", OnDemand, 0.10)]), itype("large", 32, 0, &[("a", OnDemand, 1.00)])];
+    let balanced = json!({"spec": {"disruption": {"consolidationPolicy": "Balanced"}}});
+    let fleet = Fleet { types, ..Default::default() }
+        .pool("left", balanced.clone())
+        .pool("right", balanced)
+        .node("l1", "left", "large", "a", OnDemand)
+        .node("l2", "left", "large", "a", OnDemand)
+        .node("r1", "right", "large", "a", OnDemand)
+        .pod("la", "l1", "1", 0, json!({}))
+        .pod("lb", "l2", "20", 0, json!({}))
+        .pod("ra", "r1", "1", 0, json!({}));
+    let pass = fleet.pass();
+    assert_eq!(pass.method, Some(Method::MultiNodeConsolidation), "{:?}", pass.unconsolidatable);
+    let cmd = &pass.commands[0];
+    let mut nodes: Vec<&str> = cmd.candidates.iter().map(|c| c.node.as_str()).collect();
+    nodes.sort_unstable();
+    assert_eq!(nodes, ["l1", "r1"]);
+    // The deletion saves 2.00, half attributed to each pool (equal source prices). left: 1.00 of 2.00 for
+    // 2 of 4; right: 1.00 of 1.00 for 2 of 2.
+    assert_eq!(
+        cmd.explanation,
+        "Balanced: NodePool left saves 50.0% of the pool's cost for 50.0% of its disruption (score 1.00, \
+         threshold 0.50); NodePool right saves 100.0% of the pool's cost for 100.0% of its disruption \
+         (score 1.00, threshold 0.50)"
+    );
+}
+
+#[test]
+fn single_node_interleaves_pools_and_takes_unreached_pools_first_after_a_timeout() {
+    use CapacityType::*;
+    // Pool "a" has three candidates with better savings ratios than pool "z"'s one; none can go.
+    let types = vec![itype("large", 32, 0, &[("a", OnDemand, 2.00)]), itype("small", 4, 0, &[("a", OnDemand, 0.50)])];
+    let fleet = Fleet { types, ..Default::default() }
+        .pool("a", json!({}))
+        .pool("z", json!({}))
+        .node("a1", "a", "large", "a", OnDemand)
+        .node("a2", "a", "large", "a", OnDemand)
+        .node("a3", "a", "large", "a", OnDemand)
+        .node("z1", "z", "small", "a", OnDemand)
+        .pod("a1-pod", "a1", "30", 0, json!({}))
+        .pod("a2-pod", "a2", "30", 0, json!({}))
+        .pod("a3-pod", "a3", "30", 0, json!({}))
+        .pod("z1-pod", "z1", "3500m", 0, json!({}));
+    let state = fleet.state();
+    let types = fleet.types.clone();
+    let types_for = move |_: &NodePool| types.clone();
+    let settings = Settings::default();
+    let inputs = Inputs { state: &state, types_for: &types_for, settings: &settings, now: now() };
+    let (cands, _) = candidates(&state, &types_for, now());
+    // The order examined: each pool in turn, best candidate first.
+    let examined = |first: &std::collections::BTreeSet<String>, budget: usize| {
+        let mut sim = Simulator::new(&inputs, &cands);
+        let mut asked = 0;
+        let (commands, notes) = sim.single_node(&cands, first, &mut || {
+            asked += 1;
+            asked > budget
+        });
+        assert!(commands.is_empty());
+        let order: Vec<String> =
+            notes.iter().filter(|n| !n.reason.starts_with("inconclusive")).map(|n| n.node.clone()).collect();
+        (order, sim.take_unseen_pools())
+    };
+    let (order, unseen) = examined(&Default::default(), usize::MAX);
+    assert_eq!(order, ["a1", "z1", "a2", "a3"]);
+    assert_eq!(unseen, Some(Default::default()), "a sweep that finished leaves no pool unseen");
+    // Out of time after one candidate: pool z was never reached, and goes first next time.
+    let (order, unseen) = examined(&Default::default(), 1);
+    assert_eq!(order, ["a1"]);
+    let unseen = unseen.unwrap();
+    assert_eq!(unseen.iter().map(String::as_str).collect::<Vec<_>>(), ["z"]);
+    let (order, _) = examined(&unseen, usize::MAX);
+    assert_eq!(order, ["z1", "a1", "a2", "a3"]);
 }
 
 /// Marks the first node's claim drifted because its on-demand lease ran out, and hands the claim back.
@@ -577,7 +685,7 @@ fn room_promised_to_pending_or_deleting_nodes_pods_is_not_room_for_candidates() 
         let (cands, _) = candidates(&state, &types_for, now());
         let cands: Vec<_> = cands.into_iter().filter(|c| c.node == "small").collect();
         let mut sim = Simulator::new(&inputs, &cands);
-        sim.single_node(&cands, std::time::Instant::now()).0
+        sim.single_node(&cands, &Default::default(), &mut || false).0
     };
     // With nothing leaving, small's pod takes big's free GPU.
     let commands = decide(false);
@@ -599,7 +707,7 @@ fn room_promised_to_pending_or_deleting_nodes_pods_is_not_room_for_candidates() 
     let inputs = Inputs { state: &state, types_for: &types_for, settings: &settings, now: now() };
     let (cands, _) = candidates(&state, &types_for, now());
     let cands: Vec<_> = cands.into_iter().filter(|c| c.node == "small").collect();
-    let commands = Simulator::new(&inputs, &cands).single_node(&cands, std::time::Instant::now()).0;
+    let commands = Simulator::new(&inputs, &cands).single_node(&cands, &Default::default(), &mut || false).0;
     assert!(!commands.is_empty() && commands.iter().all(|c| c.decision != Decision::Delete), "{commands:?}");
 }
 

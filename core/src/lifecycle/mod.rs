@@ -597,17 +597,15 @@ impl Lifecycle {
                         taints.push(crate::scheduling::taints::taint(labels::DISRUPTED_TAINT, None, "NoSchedule"));
                         cluster.patch_node(&tainted).await?;
                     }
-                    let deadline = match (&claim.metadata.deletion_timestamp, claim.spec.termination_grace_period) {
-                        (Some(t), Some(grace)) => Some(clock::add(t.0, grace.0)),
-                        _ => None,
-                    };
+                    let deadline = claim.termination_deadline();
                     let name = node.metadata.name.clone().unwrap_or_default();
                     let drained = crate::termination::drain(cluster, snapshot, &name, deadline, now).await;
                     if !drained.done {
                         return Ok(Next::After(Duration::from_secs(1)));
                     }
-                    // Volumes detach before the instance goes, unless the grace period is over.
-                    let attached = snapshot.volume_attachments(&name);
+                    // The drained pods' volumes detach before the instance goes, unless the grace period is
+                    // over.
+                    let attached = snapshot.pending_volume_attachments(&name, now);
                     if !attached.is_empty() && deadline.is_none_or(|d| now < d) {
                         tracing::debug!(node = %name, ?attached, "waiting for volumes to detach");
                         return Ok(Next::After(Duration::from_secs(1)));

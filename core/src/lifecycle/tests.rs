@@ -576,6 +576,32 @@ async fn deleting_a_claim_drains_its_node_then_terminates_the_instance() {
     assert!(!w.api.lock().nodes.contains_key("node-c1"));
 }
 
+/// A claim annotated with a termination timestamp (repair writes one from its policy's grace) is drained
+/// by then, though it has no terminationGracePeriod of its own.
+#[tokio::test]
+async fn the_termination_timestamp_annotation_bounds_the_drain() {
+    let mut w = World::new();
+    running(&mut w, "c1").await;
+    bound_pod(&mut w, "train", "node-c1", json!({"metadata": {"annotations": {labels::DO_NOT_DISRUPT: "true"}}}));
+    let mut c = (*w.claim_("c1")).clone();
+    let deadline = clock::add(w.clock.now(), Duration::from_secs(5 * MIN));
+    c.metadata.annotations.get_or_insert_with(Default::default).insert(
+        labels::NODECLAIM_TERMINATION_TIMESTAMP.to_owned(),
+        deadline.strftime("%Y-%m-%dT%H:%M:%SZ").to_string(),
+    );
+    c.metadata.deletion_timestamp = Some(Time(w.clock.now()));
+    assert!(c.spec.termination_grace_period.is_none());
+    w.api.lock().put_claim(c);
+    assert_eq!(w.step("c1").await, Next::After(Duration::from_secs(1)), "the do-not-disrupt pod holds the drain");
+    w.clock.advance(Duration::from_secs(4 * MIN));
+    assert_eq!(w.step("c1").await, Next::After(Duration::from_secs(1)), "still inside the deadline");
+    w.clock.advance(Duration::from_secs(MIN));
+    w.step("c1").await;
+    assert!(w.api.lock().pods.is_empty(), "forced at the annotated deadline");
+    w.step("c1").await;
+    assert!(w.gone("c1"));
+}
+
 #[tokio::test]
 async fn claims_expire_after_expire_after() {
     let mut w = World::new();
@@ -666,7 +692,7 @@ async fn a_spot_interruption_drains_replaces_and_marks_the_offering() {
 async fn volumes_detach_before_the_instance_goes_and_deleting_the_node_deletes_the_claim() {
     let mut w = World::new();
     running(&mut w, "c1").await;
-    w.api.lock().attach_volume("csi-123", "node-c1");
+    w.api.lock().attach_volume("csi-123", "node-c1", Some("pv-data"));
     // kubectl delete node: the claim follows.
     let mut n = (*w.node_("node-c1")).clone();
     n.metadata.deletion_timestamp = Some(Time(w.clock.now()));
@@ -680,6 +706,50 @@ async fn volumes_detach_before_the_instance_goes_and_deleting_the_node_deletes_t
     w.step("c1").await;
     assert!(w.gone("c1"));
     assert!(!w.api.lock().nodes.contains_key("node-c1"));
+}
+
+/// Only the volumes of pods the drain moves hold the instance: a pod tolerating the disruption taint keeps
+/// its volume attached until the instance goes, and an inline volume has no PersistentVolume to hand over.
+#[tokio::test]
+async fn termination_awaits_only_the_volumes_of_drained_pods() {
+    let mut w = World::new();
+    running(&mut w, "c1").await;
+    let with_claim = |claim: &str, extra: serde_json::Value| {
+        let mut pod = json!({"spec": {"volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": claim}}]}});
+        crate::testing::merge(&mut pod, extra);
+        pod
+    };
+    let tolerates = json!({"spec": {"tolerations": [{"key": labels::DISRUPTED_TAINT, "operator": "Exists"}]}});
+    bound_pod(&mut w, "agent", "node-c1", with_claim("agent-data", tolerates));
+    bound_pod(&mut w, "db", "node-c1", with_claim("db-data", json!({})));
+    {
+        let mut api = w.api.lock();
+        for (pvc, pv) in [("agent-data", "pv-agent"), ("db-data", "pv-db")] {
+            api.put_volume_claim(
+                serde_json::from_value(json!({
+                    "metadata": {"name": pvc, "namespace": "default"},
+                    "spec": {"volumeName": pv}
+                }))
+                .unwrap(),
+            );
+        }
+        api.attach_volume("csi-agent", "node-c1", Some("pv-agent"));
+        api.attach_volume("csi-db", "node-c1", Some("pv-db"));
+        api.attach_volume("csi-inline", "node-c1", None);
+    }
+    let mut c = (*w.claim_("c1")).clone();
+    c.metadata.deletion_timestamp = Some(Time(w.clock.now()));
+    w.api.lock().put_claim(c);
+    // The drain evicts db; the agent stays.
+    w.step("c1").await;
+    assert_eq!(w.api.lock().evicted, ["default/db"]);
+    assert_eq!(w.step("c1").await, Next::After(Duration::from_secs(1)), "waiting for db's volume");
+    assert_eq!(w.cloud.instances().len(), 1, "db's volume is still attached");
+    assert_eq!(w.api.lock().snapshot().pending_volume_attachments("node-c1", w.clock.now()), ["csi-db"]);
+    w.api.lock().detach_volume("csi-db");
+    w.step("c1").await;
+    w.step("c1").await;
+    assert!(w.gone("c1"), "the agent's and the inline volume do not hold the instance");
 }
 
 /// Provider drift (an image or NodeClass change only the provider can see) reaches the claim's Drifted

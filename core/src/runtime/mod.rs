@@ -393,7 +393,7 @@ impl Runtime {
                 if let Some(capacity) =
                     c.status.as_ref().and_then(|s| crate::resources::Resources::from_resource_list(&s.capacity).ok())
                 {
-                    total = total.add(&capacity);
+                    total.add_assign(&capacity);
                 }
             }
             let status = desired.status.get_or_insert_with(Default::default);

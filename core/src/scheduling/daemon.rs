@@ -88,7 +88,7 @@ pub fn daemon_overhead(node: &Requirements, daemons: &[&DaemonPod]) -> Resources
         choices.push(options);
     }
     if total > MAX_REALIZATIONS {
-        return candidates.iter().fold(Resources::ZERO, |acc, d| acc.add(&d.requests));
+        return Resources::sum_of(candidates.iter().map(|d| &d.requests));
     }
     let mut worst = Resources::ZERO;
     let mut index = vec![0usize; choices.len()];
@@ -97,11 +97,8 @@ pub fn daemon_overhead(node: &Requirements, daemons: &[&DaemonPod]) -> Resources
         for (c, i) in choices.iter().zip(&index) {
             realization.add(c[*i].clone());
         }
-        let sum = candidates
-            .iter()
-            .filter(|d| d.might_match(&realization))
-            .fold(Resources::ZERO, |acc, d| acc.add(&d.requests));
-        worst = worst.max(&sum);
+        let sum = Resources::sum_of(candidates.iter().filter(|d| d.might_match(&realization)).map(|d| &d.requests));
+        worst.max_assign(&sum);
         // Next realization (odometer order).
         let mut k = 0;
         loop {

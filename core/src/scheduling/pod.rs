@@ -213,9 +213,9 @@ pub fn pod_requests(spec: &PodSpec) -> Result<Resources, (String, ResourceError)
         let r = container_requests(c).map_err(|e| (format!("spec.initContainers[{i}].resources"), e))?;
         if c.restart_policy.as_deref() == Some("Always") {
             sidecars.add_assign(&r);
-            init_peak = init_peak.max(&sidecars);
+            init_peak.max_assign(&sidecars);
         } else {
-            init_peak = init_peak.max(&r.add(&sidecars));
+            init_peak.max_assign(&r.add(&sidecars));
         }
     }
     let mut total = sum.add(&sidecars).max(&init_peak);

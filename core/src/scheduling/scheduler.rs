@@ -714,7 +714,7 @@ impl Scheduler {
                 }
                 node.pods.push(i);
                 let labels_of = &node.info.labels;
-                self.topology.record(selecting, &groups, &|k| labels_of.get(k).cloned().map(Landed::Named));
+                self.topology.record(selecting, &groups, &|k| labels_of.get(k).cloned().map(Landed::Named), None);
                 return Ok(());
             }
         }
@@ -817,10 +817,8 @@ impl Scheduler {
                     }
                     self.commit(c, pods, i, selecting, &groups, fit);
                     let pool = &mut self.pools[p];
-                    let max_cap = self.claims[c]
-                        .options
-                        .iter()
-                        .fold(Resources::ZERO, |acc, o| acc.max(&pool.types[*o as usize].it.capacity));
+                    let max_cap =
+                        Resources::max_of(self.claims[c].options.iter().map(|o| &pool.types[*o as usize].it.capacity));
                     if let Some(rem) = pool.remaining.as_mut() {
                         rem.sub_assign(&max_cap);
                     }
@@ -1000,7 +998,7 @@ impl Scheduler {
         if compatible.is_empty() {
             return format!("no instance type with an available offering satisfies {reqs}");
         }
-        let largest = compatible.iter().fold(Resources::ZERO, |acc, te| acc.max(&te.avail));
+        let largest = Resources::max_of(compatible.iter().map(|te| &te.avail));
         let short: Vec<String> = total
             .exceeding(&largest)
             .into_iter()
@@ -1044,7 +1042,7 @@ impl Scheduler {
                 "its limits leave no room for another node".into()
             });
         }
-        let max_avail = options.iter().fold(Resources::ZERO, |acc, o| acc.max(&pool.types[*o as usize].avail));
+        let max_avail = Resources::max_of(options.iter().map(|o| &pool.types[*o as usize].avail));
         let claim = Claim {
             pool: p,
             reqs: pool.reqs.clone(),
@@ -1077,13 +1075,11 @@ impl Scheduler {
         match fit.options {
             Some(options) => {
                 claim.options = options;
-                claim.max_avail =
-                    claim.options.iter().fold(Resources::ZERO, |acc, o| acc.max(&pool.types[*o as usize].avail));
+                claim.max_avail = Resources::max_of(claim.options.iter().map(|o| &pool.types[*o as usize].avail));
             }
             None if fit.first > 0 => {
                 claim.options.drain(..fit.first);
-                claim.max_avail =
-                    claim.options.iter().fold(Resources::ZERO, |acc, o| acc.max(&pool.types[*o as usize].avail));
+                claim.max_avail = Resources::max_of(claim.options.iter().map(|o| &pool.types[*o as usize].avail));
             }
             None => {}
         }
@@ -1118,13 +1114,18 @@ impl Scheduler {
             }
         }
         let reqs = &self.claims[c].reqs;
-        self.topology.record(selecting, groups, &|k| {
-            if k == labels::HOSTNAME {
-                Some(Landed::Claim(c))
-            } else {
-                reqs.get(k).and_then(|r| r.single()).map(|v| Landed::Named(v.to_owned()))
-            }
-        });
+        self.topology.record(
+            selecting,
+            groups,
+            &|k| {
+                if k == labels::HOSTNAME {
+                    Some(Landed::Claim(c))
+                } else {
+                    reqs.get(k).and_then(|r| r.single()).map(|v| Landed::Named(v.to_owned()))
+                }
+            },
+            Some(&|k| reqs.get(k)),
+        );
         for g in selecting.iter().chain(groups) {
             if let Some(set) = self.free.get_mut(g)
                 && !self.topology.claim_open(*g, c)
@@ -1191,7 +1192,8 @@ impl Scheduler {
                     .iter()
                     .filter_map(|(_, o)| worst_launch_price(&pool.types[*o as usize].it, &filter))
                     .fold(0.0_f64, f64::max);
-                let overhead = priced.first().map(|(_, o)| pool.types[*o as usize].overhead).unwrap_or_default();
+                let overhead =
+                    priced.first().map(|(_, o)| pool.types[*o as usize].overhead.clone()).unwrap_or_default();
                 (launch.map(|(it, of)| (it.name.clone(), of)), names, types, worst, overhead)
             };
             let launch = launch.map(|(name, of)| {
@@ -1232,7 +1234,7 @@ impl Scheduler {
                 instance_types: names,
                 types,
                 requirements: reqs,
-                requests: claim.requests,
+                requests: claim.requests.clone(),
                 daemon_overhead,
                 launch,
                 worst_case_price,
@@ -1316,7 +1318,7 @@ fn build_pool(input: PoolInput, daemons: &[DaemonPod]) -> Pool {
                 .map(|k| node.get(k).map(|r| r.to_string()))
                 .chain(std::iter::once(Some(format!("{:?}", node.get(labels::ZONE).map(|r| r.values().to_vec())))))
                 .collect();
-            *overhead_cache.entry(key).or_insert_with(|| daemon_overhead(&node, &compatible_daemons))
+            overhead_cache.entry(key).or_insert_with(|| daemon_overhead(&node, &compatible_daemons)).clone()
         };
         let avail = it.allocatable().sub(&overhead);
         let usable = type_usable(&it, &treqs, &reqs);

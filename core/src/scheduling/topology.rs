@@ -98,6 +98,9 @@ pub(crate) enum Landed {
     Claim(usize),
 }
 
+/// A claim's requirement on a topology key, for recording a pod whose domain is not known yet.
+pub(crate) type OpenDomains<'f, 'r> = &'f dyn Fn(&str) -> Option<&'r Requirement>;
+
 /// The domains of a placement target for one topology key.
 #[derive(Debug)]
 pub(crate) enum Domain<'a> {
@@ -307,11 +310,9 @@ impl Topology {
                         Vec::new()
                     }
                 }
-                TopologyKind::AntiAffinity => {
-                    let empty: Vec<String> = candidates.into_iter().filter(|d| g.count(d) == 0).collect();
-                    // Pin one so the pod's domain is known and counted.
-                    empty.into_iter().take(1).collect()
-                }
+                // Every empty domain stays open: the claim lands in one of them, and until it is known which,
+                // recording counts the pod in all of them (late committal, as Karpenter does).
+                TopologyKind::AntiAffinity => candidates.into_iter().filter(|d| g.count(d) == 0).collect(),
             };
             if allowed.is_empty() {
                 return Err(describe(&g.term, "no domain satisfies it"));
@@ -448,31 +449,69 @@ impl Topology {
         domains.iter().map(|d| g.count(d)).min().unwrap_or(0)
     }
 
+    /// The domains a target still open on `key` may land in: those its requirement admits among the known
+    /// ones (all known ones when it has none).
+    fn possible_domains(&self, key: &str, open: Option<&Requirement>) -> Vec<String> {
+        match open {
+            Some(r) if !r.is_complement() => r.values().to_vec(),
+            _ => {
+                let known = self.universe.get(key).into_iter().flatten();
+                known.filter(|d| open.is_none_or(|r| r.has(d))).cloned().collect()
+            }
+        }
+    }
+
     /// Records `pod` landing on a target: counts grow in the groups that select it, and its own
-    /// anti-affinity claims its domain.
-    pub(crate) fn record(&mut self, selecting: &[usize], owned: &[usize], domain_of: &dyn Fn(&str) -> Option<Landed>) {
+    /// anti-affinity claims its domain. `domain_of` names the target's domain for a key. A claim of this pass
+    /// may have none yet: `open_of` then gives its requirement on the key, and anti-affinity groups count the
+    /// pod in every domain it may still land in (spread and affinity count it only once its domain is known).
+    /// An existing node (no `open_of`) without the key is in no domain.
+    pub(crate) fn record<'r>(
+        &mut self,
+        selecting: &[usize],
+        owned: &[usize],
+        domain_of: &dyn Fn(&str) -> Option<Landed>,
+        open_of: Option<OpenDomains<'_, 'r>>,
+    ) {
         for &gid in selecting {
             let key = self.groups[gid].term.key.clone();
-            let g = &mut self.groups[gid];
             match domain_of(&key) {
-                Some(Landed::Named(d)) => *g.counts.entry(d).or_default() += 1,
+                Some(Landed::Named(d)) => *self.groups[gid].counts.entry(d).or_default() += 1,
                 Some(Landed::Claim(c)) => {
+                    let g = &mut self.groups[gid];
                     if g.claim_counts.len() <= c {
                         g.claim_counts.resize(c + 1, 0);
                     }
                     g.claim_counts[c] += 1;
                 }
+                None if self.groups[gid].term.kind == TopologyKind::AntiAffinity && open_of.is_some() => {
+                    let domains = open_of.map(|f| self.possible_domains(&key, f(&key))).unwrap_or_default();
+                    let g = &mut self.groups[gid];
+                    for d in domains {
+                        *g.counts.entry(d).or_default() += 1;
+                    }
+                }
                 None => continue,
             }
-            g.total += 1;
+            self.groups[gid].total += 1;
         }
         for &gid in owned {
             if self.groups[gid].term.kind != TopologyKind::AntiAffinity {
                 continue;
             }
             let key = self.groups[gid].term.key.clone();
+            let landed = domain_of(&key);
+            let possible = match landed {
+                None => open_of.map(|f| self.possible_domains(&key, f(&key))).unwrap_or_default(),
+                Some(_) => Vec::new(),
+            };
             let g = &mut self.groups[gid];
-            match domain_of(&key) {
+            match landed {
+                None => {
+                    for d in possible {
+                        *g.owners.entry(d).or_default() += 1;
+                    }
+                }
                 Some(Landed::Named(d)) => *g.owners.entry(d).or_default() += 1,
                 Some(Landed::Claim(c)) => {
                     if g.claim_owners.len() <= c {
@@ -481,7 +520,6 @@ impl Topology {
                     g.claim_owners[c] += 1;
                     g.any_claim_owner = true;
                 }
-                None => {}
             }
         }
     }

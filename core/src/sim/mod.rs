@@ -436,7 +436,7 @@ impl Sim {
                     .and_then(|x| x.status.as_ref())
                     .and_then(|s| s.allocatable.as_ref())
                     .and_then(|a| crate::resources::Resources::from_resource_list(a).ok())
-                    .unwrap_or(n.allocatable);
+                    .unwrap_or_else(|| n.allocatable.clone());
                 e.available = real.sub(&n.requested);
                 e
             })
