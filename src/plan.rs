@@ -83,6 +83,7 @@ pub fn compute(files: &[PathBuf], settings: &Settings, now: Timestamp) -> Result
         &snapshot.pdbs,
         &snapshot.node_pools,
         &snapshot.storage(),
+        &snapshot.namespace_labels(),
         now,
     )
     .context("reading the snapshot")?;

@@ -1051,6 +1051,33 @@ mod topology {
         assert_eq!(last.unschedulable().len(), 3);
     }
 
+    /// Whether the follower shares the target's new node.
+    fn follows(p: &Plan) -> bool {
+        let c = p.claims().iter().find(|c| pods(c).iter().any(|x| x.ends_with("target"))).unwrap();
+        pods(c).contains(&"follower")
+    }
+
+    #[test]
+    fn should_filter_pod_affinity_topologies_by_namespace_no_matching_pods() {
+        let p = fake("affinity-namespace-no-match.yaml");
+        assert_eq!(p.claims().len(), 10);
+        assert_eq!(p.unschedulable(), ["follower"]);
+    }
+
+    #[test]
+    fn should_filter_pod_affinity_topologies_by_namespace_matching_pods_namespace_list() {
+        let p = fake("affinity-namespace-list.yaml");
+        assert!(p.unschedulable().is_empty(), "{}", p.0);
+        assert!(follows(&p), "{}", p.0);
+    }
+
+    #[test]
+    fn should_filter_pod_affinity_topologies_by_namespace_empty_namespace_selector() {
+        let p = fake("affinity-namespace-empty-selector.yaml");
+        assert!(p.unschedulable().is_empty(), "{}", p.0);
+        assert!(follows(&p), "{}", p.0);
+    }
+
     #[test]
     fn should_not_schedule_pods_with_affinity_to_a_non_existent_pod() {
         let p = fake("pod-affinity-non-existent-pod.yaml");

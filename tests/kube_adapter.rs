@@ -203,3 +203,42 @@ async fn a_watch_reset_with_410_gone_relists_and_the_snapshot_follows() {
         log.lock().unwrap().iter().filter(|l| l.starts_with("GET /api/v1/pods?") && !l.contains("watch=true")).count();
     assert_eq!(lists, 2, "one list, then one after the reset: {:?}", log.lock().unwrap());
 }
+
+/// The snapshot carries what termination and affinity read of the objects it watches: each Namespace's
+/// labels, and each attached VolumeAttachment's node and PersistentVolume (an unattached one is left out).
+#[tokio::test]
+async fn namespaces_and_volume_attachments_reach_the_snapshot() {
+    let (cluster, _log, _server) = cluster_with(|r| {
+        let list = |items: Value| {
+            Some(Answer::Json(StatusCode::OK, json!({"metadata": {"resourceVersion": "1"}, "items": items})))
+        };
+        if is_watch(r) {
+            return None;
+        }
+        match r.uri().path() {
+            "/api/v1/namespaces" => list(json!([
+                {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "data", "labels": {"team": "data"}}},
+                {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "plain"}}
+            ])),
+            "/apis/storage.k8s.io/v1/volumeattachments" => list(json!([
+                {"apiVersion": "storage.k8s.io/v1", "kind": "VolumeAttachment", "metadata": {"name": "csi-a"},
+                 "spec": {"attacher": "ebs.csi.aws.com", "nodeName": "n1", "source": {"persistentVolumeName": "pv-a"}},
+                 "status": {"attached": true}},
+                {"apiVersion": "storage.k8s.io/v1", "kind": "VolumeAttachment", "metadata": {"name": "csi-b"},
+                 "spec": {"attacher": "ebs.csi.aws.com", "nodeName": "n1", "source": {"persistentVolumeName": "pv-b"}},
+                 "status": {"attached": false}}
+            ])),
+            _ => None,
+        }
+    });
+    tokio::time::timeout(Duration::from_secs(10), cluster.wait_synced()).await.expect("the stores sync");
+    let snapshot = cluster.snapshot();
+    assert_eq!(snapshot.namespaces["data"].get("team").map(String::as_str), Some("data"));
+    assert!(snapshot.namespaces["plain"].is_empty());
+    let attached: Vec<(&str, &str, Option<&str>)> = snapshot
+        .volume_attachments
+        .iter()
+        .map(|(name, a)| (name.as_str(), a.node.as_str(), a.persistent_volume.as_deref()))
+        .collect();
+    assert_eq!(attached, [("csi-a", "n1", Some("pv-a"))]);
+}

@@ -320,6 +320,18 @@ fn any_number_of_extended_resources_schedule_on_the_types_that_have_them() {
 }
 
 #[test]
+fn an_affinity_namespace_selector_counts_the_namespaces_whose_labels_it_matches() {
+    let on = |snapshot: &str| plan_env(&["tests/karpenter/fake-catalog.yaml", &format!("tests/plan/{snapshot}")], &[]);
+    let v = on("affinity-namespace-selector-terms.yaml");
+    assert!(v["provisioning"]["unschedulable"].as_array().unwrap().is_empty(), "{v}");
+    let with_target = claims(&v).iter().find(|c| c["pods"].as_array().unwrap().iter().any(|p| p == "team-data/target"));
+    assert!(with_target.unwrap()["pods"].as_array().unwrap().iter().any(|p| p == "default/follower"), "{v}");
+    let v = on("affinity-namespace-selector-no-match.yaml");
+    let unschedulable = v["provisioning"]["unschedulable"].as_array().unwrap();
+    assert_eq!(unschedulable.iter().map(|u| u["pod"].as_str().unwrap()).collect::<Vec<_>>(), ["default/follower"]);
+}
+
+#[test]
 fn multi_node_consolidation_folds_three_nodes_into_one() {
     let d = disruption("disrupt-multi.yaml");
     assert_eq!(d["method"], "MultiNodeConsolidation");

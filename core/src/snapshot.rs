@@ -10,7 +10,7 @@ use std::fmt;
 use std::path::Path;
 
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod, PodSpec};
+use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod, PodSpec};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -57,6 +57,8 @@ pub struct Snapshot {
     pub storage_classes: Vec<StorageClass>,
     /// CSINodes.
     pub csi_nodes: Vec<CSINode>,
+    /// Namespaces (their labels are what affinity terms' `namespaceSelector` match).
+    pub namespaces: Vec<Namespace>,
 }
 
 /// An input error naming the file, the document (1-based index within the file), the object
@@ -265,6 +267,15 @@ impl Snapshot {
         self.persistent_volume_claims.extend(other.persistent_volume_claims);
         self.storage_classes.extend(other.storage_classes);
         self.csi_nodes.extend(other.csi_nodes);
+        self.namespaces.extend(other.namespaces);
+    }
+
+    /// Each Namespace's labels, by name.
+    pub fn namespace_labels(&self) -> crate::cluster::NamespaceLabels {
+        self.namespaces
+            .iter()
+            .map(|n| (n.metadata.name.clone().unwrap_or_default(), n.metadata.labels.clone().unwrap_or_default()))
+            .collect()
     }
 
     /// The storage objects, keyed as the decisions read them (a later object of one name replaces an
@@ -340,7 +351,7 @@ impl Snapshot {
             return Ok(());
         }
         let expected = match kind {
-            "Pod" | "Node" | "PersistentVolume" | "PersistentVolumeClaim" => "v1",
+            "Pod" | "Node" | "PersistentVolume" | "PersistentVolumeClaim" | "Namespace" => "v1",
             "StorageClass" | "CSINode" => "storage.k8s.io/v1",
             "DaemonSet" => "apps/v1",
             "PodDisruptionBudget" => "policy/v1",
@@ -391,6 +402,7 @@ impl Snapshot {
             }
             "StorageClass" => self.storage_classes.push(at.typed(&object, value)?),
             "CSINode" => self.csi_nodes.push(at.typed(&object, value)?),
+            "Namespace" => self.namespaces.push(at.typed(&object, value)?),
             "NodePool" => {
                 let pool: NodePool = at.typed(&object, value)?;
                 pool.validate().map_err(|e| at.validation(e))?;

@@ -209,6 +209,7 @@ struct Objects<'a, P, N, C> {
     pdbs: &'a [PodDisruptionBudget],
     pools: &'a [NodePool],
     storage: &'a crate::cluster::Storage,
+    namespaces: &'a crate::cluster::NamespaceLabels,
 }
 
 /// Everything the decisions read.
@@ -310,13 +311,15 @@ impl ClusterState {
         pools: &[NodePool],
         now: Timestamp,
     ) -> Result<Self, StateError> {
-        Self::from_objects_with_storage(pods, nodes, claims, daemon_sets, pdbs, pools, &Default::default(), now)
+        let (storage, namespaces) = (Default::default(), Default::default());
+        Self::from_objects_with_storage(pods, nodes, claims, daemon_sets, pdbs, pools, &storage, &namespaces, now)
     }
 
     /// As [`ClusterState::from_objects`], with the storage objects the pods' volumes name: each pod
     /// is pinned to where its volumes are or may be provisioned
     /// ([`volume_placement`](crate::scheduling::volume_placement)), and a pod
-    /// whose claim, volume or class does not exist yet is not provisioned for.
+    /// whose claim, volume or class does not exist yet is not provisioned for; and with the Namespaces'
+    /// labels, which affinity terms' `namespaceSelector` match.
     #[allow(clippy::too_many_arguments)]
     pub fn from_objects_with_storage<'a>(
         pods: impl IntoIterator<Item = &'a Pod>,
@@ -326,9 +329,10 @@ impl ClusterState {
         pdbs: &[PodDisruptionBudget],
         pools: &[NodePool],
         storage: &crate::cluster::Storage,
+        namespaces: &crate::cluster::NamespaceLabels,
         now: Timestamp,
     ) -> Result<Self, StateError> {
-        let objects = Objects { pods, nodes, claims, daemon_sets, pdbs, pools, storage };
+        let objects = Objects { pods, nodes, claims, daemon_sets, pdbs, pools, storage, namespaces };
         Self::build(objects, now, &mut PodInfoCache::default())
     }
 
@@ -347,6 +351,7 @@ impl ClusterState {
             pdbs: &snapshot.pdbs,
             pools: &snapshot.pools,
             storage: &snapshot.storage,
+            namespaces: &snapshot.namespaces,
         };
         Self::build(objects, now, cache)
     }
@@ -365,7 +370,9 @@ impl ClusterState {
         now: Timestamp,
         cache: &mut PodInfoCache,
     ) -> Result<Self, StateError> {
-        let objects = Objects { pods, nodes, claims, daemon_sets, pdbs, pools, storage: &Default::default() };
+        let (storage, namespaces) = (Default::default(), Default::default());
+        let objects =
+            Objects { pods, nodes, claims, daemon_sets, pdbs, pools, storage: &storage, namespaces: &namespaces };
         Self::build(objects, now, cache)
     }
 
@@ -382,7 +389,7 @@ impl ClusterState {
         NI: IntoIterator<Item = N>,
         CI: IntoIterator<Item = C>,
     {
-        let Objects { pods, nodes, claims, daemon_sets, pdbs, pools, storage } = objects;
+        let Objects { pods, nodes, claims, daemon_sets, pdbs, pools, storage, namespaces } = objects;
         let mut state = ClusterState { pdbs: pdbs.to_vec(), pools: pools.to_vec(), ..Default::default() };
         let nodes: Vec<N> = nodes.into_iter().collect();
         let claims: Vec<C> = claims.into_iter().collect();
@@ -537,6 +544,9 @@ impl ClusterState {
                 None => Arc::new(PodInfo::from_pod(pod)?),
             };
             let terminal = crate::cluster::pod_finished(pod);
+            // Affinity terms selecting namespaces by label count the namespaces that match now; resolved
+            // each build, as namespaces change without the pod changing.
+            let info = if info.needs_namespaces() { Arc::new(info.with_namespaces(namespaces)) } else { info };
             // Where its volumes are, or may be provisioned: for a pod still to be placed and for one
             // consolidation may move. Injected afresh each build, as claims bind without the pod changing.
             let mut volumes_ready = true;

@@ -26,7 +26,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use async_trait::async_trait;
 use futures_util::StreamExt;
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{Node, ObjectReference, PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::core::v1::{Namespace, Node, ObjectReference, PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::{CSINode, StorageClass, VolumeAttachment};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -62,6 +62,7 @@ struct Stores {
     persistent_volume_claims: Store<PersistentVolumeClaim>,
     storage_classes: Store<StorageClass>,
     csi_nodes: Store<CSINode>,
+    namespaces: Store<Namespace>,
 }
 
 /// The cluster port over a kube-rs client. See the [module docs](self).
@@ -196,6 +197,7 @@ impl KubeCluster {
             persistent_volume_claims: watch(Api::all(client.clone()), g, n, t, |_| {}),
             storage_classes: watch(Api::all(client.clone()), g, n, t, |_| {}),
             csi_nodes: watch(Api::all(client.clone()), g, n, t, |_| {}),
+            namespaces: watch(Api::all(client.clone()), g, n, t, |_| {}),
         };
         let recorder = Recorder::new(client.clone(), reporter);
         let (events, mut queued) = mpsc::channel::<(KubeEvent, ObjectReference)>(EVENT_QUEUE);
@@ -260,6 +262,7 @@ impl KubeCluster {
         let _ = s.volume_attachments.wait_until_ready().await;
         let _ = s.persistent_volumes.wait_until_ready().await;
         let _ = s.persistent_volume_claims.wait_until_ready().await;
+        let _ = s.namespaces.wait_until_ready().await;
         let _ = s.storage_classes.wait_until_ready().await;
         let _ = s.csi_nodes.wait_until_ready().await;
         let feeds = std::mem::take(&mut *self.feeds.lock().unwrap_or_else(PoisonError::into_inner));
@@ -294,6 +297,13 @@ impl KubeCluster {
             pools: Arc::new(s.pools.state().iter().map(|p| NodePool::clone(p)).collect()),
             daemon_sets: Arc::new(s.daemon_sets.state().iter().map(|d| DaemonSet::clone(d)).collect()),
             pdbs: Arc::new(s.pdbs.state().iter().map(|p| PodDisruptionBudget::clone(p)).collect()),
+            namespaces: Arc::new(
+                s.namespaces
+                    .state()
+                    .iter()
+                    .map(|ns| (ns.name_any(), ns.metadata.labels.clone().unwrap_or_default()))
+                    .collect(),
+            ),
             volume_attachments: Arc::new(
                 s.volume_attachments
                     .state()

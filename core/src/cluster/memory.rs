@@ -246,6 +246,11 @@ impl Objects {
         Arc::make_mut(&mut self.current.volume_attachments).insert(attachment.to_owned(), attached);
     }
 
+    /// Adds (or replaces) a Namespace with its labels.
+    pub fn put_namespace(&mut self, name: &str, labels: BTreeMap<String, String>) {
+        Arc::make_mut(&mut self.current.namespaces).insert(name.to_owned(), labels);
+    }
+
     /// Adds (or replaces) a PersistentVolumeClaim.
     pub fn put_volume_claim(&mut self, pvc: k8s_openapi::api::core::v1::PersistentVolumeClaim) {
         let key = format!(

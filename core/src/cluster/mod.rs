@@ -165,6 +165,8 @@ pub struct Snapshot {
     pub daemon_sets: Arc<Vec<DaemonSet>>,
     /// PodDisruptionBudgets.
     pub pdbs: Arc<Vec<PodDisruptionBudget>>,
+    /// Namespaces: each one's labels, by name (what affinity terms' `namespaceSelector` match).
+    pub namespaces: Arc<NamespaceLabels>,
     /// Attached VolumeAttachments by name.
     pub volume_attachments: Arc<BTreeMap<String, AttachedVolume>>,
     /// The storage a pod's volumes need of its node: PersistentVolumes by name (their node affinity),
@@ -172,6 +174,9 @@ pub struct Snapshot {
     /// topologies) and CSINodes by name (each driver's attach limit on that node).
     pub storage: Storage,
 }
+
+/// Namespaces' labels by namespace name.
+pub type NamespaceLabels = BTreeMap<String, BTreeMap<String, String>>;
 
 /// An attached VolumeAttachment.
 #[derive(Debug, Clone, PartialEq, Eq)]

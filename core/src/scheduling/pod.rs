@@ -95,9 +95,13 @@ pub struct TopologyTerm {
     pub key: String,
     /// Which pods are counted.
     pub selector: Selector,
-    /// The namespaces whose pods are counted; empty for every namespace (an affinity term's
+    /// The namespaces whose pods are counted; `None` for every namespace (an affinity term's
     /// `namespaceSelector: {}`).
-    pub namespaces: Vec<String>,
+    pub namespaces: Option<Vec<String>>,
+    /// An affinity term's `namespaceSelector` with terms, until it is resolved against the Namespace
+    /// objects ([`PodInfo::with_namespaces`]): the namespaces it matches join `namespaces`. Unresolved, only
+    /// the listed namespaces count.
+    pub namespace_selector: Option<Selector>,
     /// Spread: the largest allowed difference between domains.
     pub max_skew: i32,
     /// Spread: below this many domains the global minimum is taken as zero.
@@ -251,24 +255,28 @@ fn term_requirements(term: &NodeSelectorTerm) -> Requirements {
 }
 
 fn affinity_term(kind: TopologyKind, namespace: &str, t: &PodAffinityTerm) -> TopologyTerm {
-    let mut namespaces = t.namespaces.clone().unwrap_or_default();
-    // `namespaceSelector: {}` selects every namespace. A selector with terms would need the Namespace
-    // objects' labels, which the state does not hold: its term counts the listed namespaces (or the pod's).
-    let every = t.namespace_selector.as_ref().is_some_and(|s| {
-        s.match_labels.as_ref().is_none_or(|m| m.is_empty())
-            && s.match_expressions.as_ref().is_none_or(|e| e.is_empty())
-    });
-    if every {
-        namespaces.clear();
-    } else if namespaces.is_empty() {
-        namespaces.push(namespace.to_owned());
-    }
-    namespaces.sort();
+    let mut listed = t.namespaces.clone().unwrap_or_default();
+    listed.sort();
+    listed.dedup();
+    // As kube-scheduler reads a term: the listed namespaces and those `namespaceSelector` matches (`{}`
+    // matching every one); with neither, the pod's own.
+    let (namespaces, namespace_selector) = match t.namespace_selector.as_ref() {
+        Some(s)
+            if s.match_labels.as_ref().is_none_or(|m| m.is_empty())
+                && s.match_expressions.as_ref().is_none_or(|e| e.is_empty()) =>
+        {
+            (None, None)
+        }
+        Some(s) => (Some(listed), Some(Selector::from_label_selector(Some(s)))),
+        None if listed.is_empty() => (Some(vec![namespace.to_owned()]), None),
+        None => (Some(listed), None),
+    };
     TopologyTerm {
         kind,
         key: labels::normalize(&t.topology_key).to_owned(),
         selector: Selector::from_label_selector(t.label_selector.as_ref()),
         namespaces,
+        namespace_selector,
         max_skew: 1,
         min_domains: None,
         honor_node_affinity: true,
@@ -298,7 +306,8 @@ fn spread_term(
         kind: TopologyKind::Spread,
         key: labels::normalize(&c.topology_key).to_owned(),
         selector: Selector::from_label_selector(selector.as_ref()),
-        namespaces: vec![namespace.to_owned()],
+        namespaces: Some(vec![namespace.to_owned()]),
+        namespace_selector: None,
         max_skew: c.max_skew.max(1),
         min_domains: c.min_domains,
         honor_node_affinity: c.node_affinity_policy.as_deref() != Some("Ignore"),
@@ -307,7 +316,39 @@ fn spread_term(
     }
 }
 
+impl TopologyTerm {
+    /// Resolves a `namespaceSelector` with terms against `namespaces` (name → labels).
+    fn resolve_namespaces(&mut self, namespaces: &BTreeMap<String, BTreeMap<String, String>>) {
+        let Some(selector) = self.namespace_selector.take() else { return };
+        let mut names = self.namespaces.take().unwrap_or_default();
+        names.extend(namespaces.iter().filter(|(_, l)| selector.matches(l)).map(|(n, _)| n.clone()));
+        names.sort();
+        names.dedup();
+        self.namespaces = Some(names);
+    }
+}
+
 impl PodInfo {
+    /// Whether an affinity term's `namespaceSelector` waits on the Namespace objects'
+    /// labels ([`PodInfo::with_namespaces`]).
+    pub fn needs_namespaces(&self) -> bool {
+        let terms = self.topology.iter().chain(self.preferred_affinity.iter().map(|(_, t)| t));
+        terms.chain(self.preferred_anti_affinity.iter().map(|(_, t)| t)).any(|t| t.namespace_selector.is_some())
+    }
+
+    /// A copy with every affinity term's `namespaceSelector` resolved against `namespaces` (each
+    /// Namespace's name and labels): its terms then count the pods of the namespaces it matches.
+    pub fn with_namespaces(&self, namespaces: &BTreeMap<String, BTreeMap<String, String>>) -> Self {
+        let mut out = self.clone();
+        for t in &mut out.topology {
+            t.resolve_namespaces(namespaces);
+        }
+        for (_, t) in out.preferred_affinity.iter_mut().chain(out.preferred_anti_affinity.iter_mut()) {
+            t.resolve_namespaces(namespaces);
+        }
+        out
+    }
+
     /// Converts a Kubernetes pod.
     pub fn from_pod(pod: &Pod) -> Result<Self, PodError> {
         let namespace = pod.metadata.namespace.clone().unwrap_or_else(|| "default".into());

@@ -36,7 +36,7 @@ pub(crate) struct Group {
 
 impl Group {
     fn selects(&self, pod: &PodInfo) -> bool {
-        (self.term.namespaces.is_empty() || self.term.namespaces.contains(&pod.namespace))
+        self.term.namespaces.as_ref().is_none_or(|n| n.contains(&pod.namespace))
             && self.term.selector.matches(&pod.labels)
     }
 
