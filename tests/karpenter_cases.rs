@@ -708,7 +708,6 @@ mod scheduling_suite {
     }
 
     #[test]
-    #[ignore = "differs from Karpenter: tenon takes the node's karpenter.sh/initialized label over its NodeClaim's missing Initialized condition and honours the not-ready taints, buying a new node"]
     fn should_consider_a_tainted_not_ready_node_as_in_flight_even_if_initialized() {
         joins(&inflight("tainted-not-ready-initialized.yaml"), "flaky", "second");
     }
@@ -921,13 +920,11 @@ mod topology {
     }
 
     #[test]
-    #[ignore = "differs from Karpenter: with the pool's capacity type only required to exist, tenon finds no capacity-type domain and leaves all four pods pending"]
     fn should_balance_pods_across_capacity_types() {
         spreads("capacity-type-balance.yaml", Domain::CapacityType, &[2, 2]);
     }
 
     #[test]
-    #[ignore = "differs from Karpenter: tenon puts all four pods on one on-demand node instead of two on spot and two on on-demand"]
     fn should_respect_nodepool_capacity_type_constraints() {
         spreads("capacity-type-pool-constraints.yaml", Domain::CapacityType, &[2, 2]);
     }

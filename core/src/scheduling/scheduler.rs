@@ -457,8 +457,11 @@ impl Scheduler {
             }
             for t in pool.base.iter() {
                 let te = &pool.types[*t as usize];
+                // An offering's zone and capacity type are domains, as the requirements Karpenter derives
+                // from an instance type's offerings make them.
                 for o in te.it.offerings.iter().filter(|o| offering_ok(o, &pool.reqs)) {
                     note_domain(&mut universe, labels::ZONE, &o.zone);
+                    note_domain(&mut universe, labels::CAPACITY_TYPE, o.capacity_type.as_str());
                 }
                 for (k, v) in &te.it.labels {
                     note_domain(&mut universe, k, v);
