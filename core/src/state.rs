@@ -50,9 +50,9 @@ pub struct StateNode {
     /// Whether provisioning nominated a pending pod to it lately: it is no disruption candidate while
     /// the nomination holds, as Karpenter leaves a nominated node alone.
     pub nominated: bool,
-    /// The volume attachments each CSI driver allows on it (its CSINode's `allocatable.count`), and
-    /// how many the volumes of its pods take, by driver.
-    pub volume_limits: Vec<(String, i64, i64)>,
+    /// The volume attachments each CSI driver allows on it (its CSINode's `allocatable.count`), with the
+    /// claims its pods hold attached.
+    pub volume_limits: Vec<crate::scheduling::VolumeRoom>,
     /// Indexes into [`ClusterState::pods`] of the pods bound to it.
     pub pods: Vec<usize>,
 }
@@ -91,7 +91,7 @@ impl StateNode {
             available: self.available(),
             host_ports: self.host_ports.clone(),
             accepts_pods: !self.deleting && !self.unschedulable,
-            volume_room: self.volume_limits.iter().map(|(d, limit, used)| (d.clone(), limit - used)).collect(),
+            volume_room: self.volume_limits.clone(),
         }
     }
 }
@@ -114,6 +114,8 @@ pub struct StatePod {
     /// Whether its `Ready` condition is `False` (a PDB with `unhealthyPodEvictionPolicy: AlwaysAllow`
     /// lets such a pod go).
     pub not_ready: bool,
+    /// Whether a PodDisruptionBudget counts it healthy ([`crate::cluster::pdb_healthy`]).
+    pub pdb_healthy: bool,
     /// Whether provisioning may buy capacity for it, as Karpenter's `IsProvisionable` judges: see
     /// [`provisionable`].
     pub provisionable: bool,
@@ -576,11 +578,7 @@ impl ClusterState {
                 let node = &mut state.nodes[*n];
                 node.requested.add_assign(&info.requests);
                 node.host_ports.extend(info.host_ports.iter().cloned());
-                for (driver, count) in &info.volumes {
-                    if let Some(l) = node.volume_limits.iter_mut().find(|(d, _, _)| d == driver) {
-                        l.2 += i64::from(*count);
-                    }
-                }
+                crate::scheduling::VolumeRoom::attach(&mut node.volume_limits, &info.volumes);
                 node.pods.push(i);
             }
             let static_pod = pod.metadata.owner_references.iter().flatten().any(|o| o.kind == "Node");
@@ -602,6 +600,7 @@ impl ClusterState {
                 stateful,
                 start_time,
                 not_ready,
+                pdb_healthy: crate::cluster::pdb_healthy(pod),
                 provisionable,
             });
         }
@@ -657,12 +656,15 @@ impl ClusterState {
 
 /// The attach limit each CSI driver publishes on node `name` (its CSINode's `allocatable.count`), with
 /// nothing used yet.
-fn csi_limits(storage: &crate::cluster::Storage, name: &str) -> Vec<(String, i64, i64)> {
+fn csi_limits(storage: &crate::cluster::Storage, name: &str) -> Vec<crate::scheduling::VolumeRoom> {
     let Some(csi) = storage.csi_nodes.get(name) else { return Vec::new() };
     csi.spec
         .drivers
         .iter()
-        .filter_map(|d| Some((d.name.clone(), i64::from(d.allocatable.as_ref()?.count?), 0)))
+        .filter_map(|d| {
+            let limit = i64::from(d.allocatable.as_ref()?.count?);
+            Some(crate::scheduling::VolumeRoom { driver: d.name.clone(), limit, attached: Default::default() })
+        })
         .collect()
 }
 

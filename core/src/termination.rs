@@ -132,22 +132,9 @@ pub async fn drain(
                         && sel.matches(&p.metadata.labels.clone().unwrap_or_default())
                 })
                 .collect();
-            let expected = matching.len() as i32;
-            let healthy = matching
-                .iter()
-                .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
-                .count() as i32;
-            let spec = pdb.spec.as_ref();
-            let left = if let Some(status) = pdb.status.as_ref().filter(|s| s.observed_generation.is_some()) {
-                status.disruptions_allowed
-            } else if let Some(max) = spec.and_then(|s| s.max_unavailable.as_ref()) {
-                resolve(max, expected) - (expected - healthy)
-            } else if let Some(min) = spec.and_then(|s| s.min_available.as_ref()) {
-                healthy - resolve(min, expected)
-            } else {
-                i32::MAX
-            };
-            (ns, sel, left)
+            let expected = matching.iter().filter(|p| !crate::cluster::pod_finished(p)).count() as i32;
+            let healthy = matching.iter().filter(|p| crate::cluster::pdb_healthy(p)).count() as i32;
+            (ns, sel, crate::cluster::pdb_disruptions_allowed(pdb, expected, healthy))
         })
         .collect();
     for p in on_node.into_iter().filter(|p| group(p) == first) {
@@ -183,14 +170,6 @@ pub async fn drain(
         }
     }
     status
-}
-
-fn resolve(value: &k8s_openapi::apimachinery::pkg::util::intstr::IntOrString, total: i32) -> i32 {
-    use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-    match value {
-        IntOrString::Int(i) => *i,
-        IntOrString::String(s) => (total * s.trim_end_matches('%').parse::<i32>().unwrap_or(0) + 99) / 100,
-    }
 }
 
 #[cfg(test)]
@@ -276,6 +255,30 @@ mod tests {
         let s = step(&c, Some(t(600)), t(600)).await;
         assert_eq!(s.forced.len(), 2, "past the termination grace period the rest is deleted");
         assert!(s.done);
+    }
+
+    /// The drain and the disruption candidates count a PDB's healthy pods alike: a pod that is not Ready
+    /// is not healthy, so `minAvailable: 2` over three pods, one of them not Ready, allows no eviction.
+    #[tokio::test]
+    async fn a_pdb_counts_only_ready_pods_healthy_as_the_candidates_do() {
+        let not_ready = json!({"metadata": {"labels": {"app": "web"}},
+            "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "False"}]}});
+        let c = cluster(vec![
+            pod("web-1", json!({"metadata": {"labels": {"app": "web"}}})),
+            pod("web-2", json!({"metadata": {"labels": {"app": "web"}}})),
+            pod("web-3", not_ready),
+        ]);
+        let pdb: k8s_openapi::api::policy::v1::PodDisruptionBudget =
+            serde_json::from_value(json!({"metadata": {"name": "web", "namespace": "default"},
+                "spec": {"minAvailable": 2, "selector": {"matchLabels": {"app": "web"}}}}))
+            .unwrap();
+        c.lock().add_pdb(pdb.clone());
+        let s = step(&c, None, t(0)).await;
+        assert!(s.evicted.is_empty(), "{s:?}");
+        assert_eq!(s.waiting.len(), 3);
+        let snapshot = c.snapshot();
+        let state = crate::state::ClusterState::from_snapshot(&snapshot, t(0), &mut Default::default()).unwrap();
+        assert_eq!(crate::disruption::pdb_allowed(&pdb, &state), 0, "the candidates agree");
     }
 
     #[tokio::test]

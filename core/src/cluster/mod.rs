@@ -292,6 +292,42 @@ impl Snapshot {
     }
 }
 
+/// Whether a pod counts as healthy for a PodDisruptionBudget, as the disruption controller counts it
+/// (`currentHealthy`): bound, not finished, not terminating, and Ready (a pod that reports no Ready condition
+/// counts when it is Running).
+pub fn pdb_healthy(pod: &Pod) -> bool {
+    let status = pod.status.as_ref();
+    let ready = status.and_then(|s| s.conditions.as_ref()).and_then(|cs| cs.iter().find(|c| c.type_ == "Ready"));
+    let ready = match ready {
+        Some(c) => c.status == "True",
+        None => status.and_then(|s| s.phase.as_deref()) == Some("Running"),
+    };
+    pod_node(pod).is_some() && !pod_finished(pod) && pod.metadata.deletion_timestamp.is_none() && ready
+}
+
+/// How many of a PodDisruptionBudget's pods may be evicted now: its status's `disruptionsAllowed` once the
+/// disruption controller has observed it, else computed from `expected` (the pods it selects that have not
+/// finished) and `healthy` (those [`pdb_healthy`]) as that controller would; no limit without
+/// `minAvailable` or `maxUnavailable`.
+pub fn pdb_disruptions_allowed(pdb: &PodDisruptionBudget, expected: i32, healthy: i32) -> i32 {
+    use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+    if let Some(status) = pdb.status.as_ref().filter(|s| s.observed_generation.is_some()) {
+        return status.disruptions_allowed;
+    }
+    let resolve = |value: &IntOrString| match value {
+        IntOrString::Int(i) => *i,
+        IntOrString::String(s) => (expected * s.trim_end_matches('%').parse::<i32>().unwrap_or(0) + 99) / 100,
+    };
+    let spec = pdb.spec.as_ref();
+    if let Some(max) = spec.and_then(|s| s.max_unavailable.as_ref()) {
+        resolve(max) - (expected - healthy)
+    } else if let Some(min) = spec.and_then(|s| s.min_available.as_ref()) {
+        healthy - resolve(min)
+    } else {
+        i32::MAX
+    }
+}
+
 /// The writes controllers make, and the snapshot they read. Every write names its object; metadata and
 /// status patches carry the `resourceVersion` of the object passed in as a precondition (none: no
 /// precondition), and return the object as written.

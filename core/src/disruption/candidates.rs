@@ -4,7 +4,6 @@ use std::time::Duration;
 
 use jiff::Timestamp;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use crate::api::{ConditionStatus, DisruptionReason, NodePool, condition_types, labels};
 use crate::clock;
@@ -76,14 +75,25 @@ pub struct Blocked {
 /// A pod's eviction cost: 1, plus its `karpenter.sh/disruption-cost` (scaled by 2^-27) and its priority
 /// (scaled by 2^-25), clamped to [-10, 10].
 pub fn pod_cost(pod: &StatePod) -> f64 {
+    eviction_cost(&pod.info.key, &pod.info.annotations, pod.info.priority)
+}
+
+/// [`pod_cost`] of a Kubernetes pod.
+pub fn kube_pod_cost(pod: &k8s_openapi::api::core::v1::Pod) -> f64 {
+    let key = crate::cluster::pod_key(pod);
+    let priority = pod.spec.as_ref().and_then(|s| s.priority).unwrap_or(0);
+    eviction_cost(&key, pod.metadata.annotations.as_ref().unwrap_or(&Default::default()), priority)
+}
+
+fn eviction_cost(key: &str, annotations: &std::collections::BTreeMap<String, String>, priority: i32) -> f64 {
     let mut cost = 1.0;
-    if let Some(v) = pod.info.annotations.get(labels::DISRUPTION_COST) {
+    if let Some(v) = annotations.get(labels::DISRUPTION_COST) {
         match v.trim().parse::<i32>() {
             Ok(c) => cost += f64::from(c) / 2f64.powi(27),
-            Err(_) => tracing::warn!(pod = %pod.info.key, value = %v, "failed parsing disruption cost"),
+            Err(_) => tracing::warn!(pod = %key, value = %v, "failed parsing disruption cost"),
         }
     }
-    cost += f64::from(pod.info.priority) / 2f64.powi(25);
+    cost += f64::from(priority) / 2f64.powi(25);
     cost.clamp(-10.0, 10.0)
 }
 
@@ -102,24 +112,9 @@ pub fn do_not_disrupt(pod: &StatePod, now: Timestamp) -> bool {
         && crate::cluster::do_not_disrupt_active(&pod.info.annotations, pod.start_time, now)
 }
 
-fn resolve(value: &IntOrString, total: i32) -> i32 {
-    match value {
-        IntOrString::Int(i) => *i,
-        IntOrString::String(s) => {
-            let pct: i32 = s.trim_end_matches('%').parse().unwrap_or(0);
-            (total * pct + 99) / 100
-        }
-    }
-}
-
 /// How many more pods `pdb` allows to be evicted: its status when present, otherwise computed from its
 /// spec against the pods it selects.
 pub fn pdb_allowed(pdb: &PodDisruptionBudget, state: &ClusterState) -> i32 {
-    if let Some(status) = &pdb.status
-        && status.observed_generation.is_some()
-    {
-        return status.disruptions_allowed;
-    }
     let ns = pdb.metadata.namespace.as_deref().unwrap_or("default");
     let selector = Selector::from_label_selector(pdb.spec.as_ref().and_then(|s| s.selector.as_ref()));
     let selected: Vec<&StatePod> = state
@@ -128,15 +123,8 @@ pub fn pdb_allowed(pdb: &PodDisruptionBudget, state: &ClusterState) -> i32 {
         .filter(|p| p.info.namespace == ns && !p.terminal && selector.matches(&p.info.labels))
         .collect();
     let expected = selected.len() as i32;
-    let healthy = selected.iter().filter(|p| p.info.node_name.is_some()).count() as i32;
-    let spec = pdb.spec.as_ref();
-    if let Some(max) = spec.and_then(|s| s.max_unavailable.as_ref()) {
-        resolve(max, expected) - (expected - healthy)
-    } else if let Some(min) = spec.and_then(|s| s.min_available.as_ref()) {
-        healthy - resolve(min, expected)
-    } else {
-        1
-    }
+    let healthy = selected.iter().filter(|p| p.pdb_healthy).count() as i32;
+    crate::cluster::pdb_disruptions_allowed(pdb, expected, healthy)
 }
 
 /// Why a PDB forbids evicting one of `pods` (indexes into the state's pods), if one does, as Karpenter's
@@ -259,7 +247,11 @@ pub fn last_pod_event(node: &StateNode) -> Option<Timestamp> {
 
 /// The remaining fraction of a node's life under `expireAfter` (1 when it never expires).
 fn lifetime_remaining(node: &StateNode, now: Timestamp) -> f64 {
-    let Some(claim) = node.claim.as_ref() else { return 1.0 };
+    node.claim.as_ref().map_or(1.0, |c| claim_lifetime_remaining(c, now))
+}
+
+/// The share of a claim's `expireAfter` still ahead of it at `now`, in [0, 1]; 1 when it never expires.
+pub fn claim_lifetime_remaining(claim: &crate::api::NodeClaim, now: Timestamp) -> f64 {
     let Some(expire) = claim.spec.expire_after.duration() else { return 1.0 };
     let Some(created) = claim.metadata.creation_timestamp.as_ref().map(|t| t.0) else { return 1.0 };
     let age = clock::since(now, created);

@@ -474,8 +474,8 @@ impl Runtime {
 
     /// Keeps each static NodePool (`spec.replicas`) at its count, as Karpenter's static provisioning and
     /// deprovisioning do: claims of its template are added while fewer are live (within `limits.nodes`),
-    /// and the surplus is deleted (claims not yet registered first, then the newest) while none of its
-    /// nodes is held by a disruption command. A claim being deleted, or whose node a command holds, is not
+    /// and the surplus is deleted while none of its nodes is held by a disruption command, in
+    /// [`surplus_order`]. A claim being deleted, or whose node a command holds, is not
     /// live: a drifted node's replacement is counted in its stead.
     async fn keep_replicas(&mut self, cluster: &dyn Cluster, now: Timestamp) {
         let snapshot = self.decidable(cluster.snapshot());
@@ -529,14 +529,7 @@ impl Runtime {
                     self.static_created.insert(name, (pool.name().to_owned(), now));
                 }
             } else if have > want && in_flight == 0 && !of_pool.iter().any(|c| held(c)) {
-                let mut surplus = live.clone();
-                // Unregistered claims first, then the newest.
-                surplus.sort_by_key(|c| {
-                    let registered = c.is_true(condition_types::REGISTERED);
-                    let created = c.metadata.creation_timestamp.as_ref().map(|t| t.0);
-                    (registered, std::cmp::Reverse(created))
-                });
-                for c in surplus.into_iter().take((have - want) as usize) {
+                for c in surplus_order(&snapshot, &live, now).into_iter().take((have - want) as usize) {
                     if let Err(e) = cluster.delete_claim(c.name()).await {
                         tracing::warn!(claim = c.name(), error = %e, "static NodePool: deleting a surplus claim");
                     }
@@ -927,6 +920,44 @@ fn pool_event(pool: &str, type_: EventType, reason: &'static str, message: Strin
     ClusterEvent { kind: "NodePool", namespace: None, name: pool.to_owned(), type_, reason, message }
 }
 
+/// The order a static NodePool's surplus claims go in, as Karpenter's static deprovisioning picks them:
+/// claims not yet launched (no provider ID) first; then empty nodes (no pods, or only DaemonSet pods none
+/// of which has an active `karpenter.sh/do-not-disrupt`); then the others, those without an active
+/// `do-not-disrupt` pod first, each group cheapest to disrupt first (its pods' eviction costs times its
+/// remaining lifetime). Ties go to the newest claim.
+fn surplus_order<'c>(snapshot: &Snapshot, live: &[&'c Arc<NodeClaim>], now: Timestamp) -> Vec<&'c Arc<NodeClaim>> {
+    use std::cmp::Ordering;
+    #[derive(PartialEq, PartialOrd)]
+    struct Key {
+        launched: bool,
+        occupied: bool,
+        held: bool,
+        cost: f64,
+    }
+    let key = |c: &NodeClaim| {
+        let launched = c.provider_id().is_some_and(|p| !p.is_empty());
+        let node = c.status.as_ref().and_then(|s| s.node_name.as_deref());
+        let pods: Vec<&k8s_openapi::api::core::v1::Pod> =
+            node.map(|n| snapshot.pods_on_node(n).map(|p| &**p).collect()).unwrap_or_default();
+        let pods: Vec<&k8s_openapi::api::core::v1::Pod> =
+            pods.into_iter().filter(|p| !crate::cluster::pod_finished(p)).collect();
+        let held = pods.iter().any(|p| {
+            let annotations = p.metadata.annotations.clone().unwrap_or_default();
+            let started = p.status.as_ref().and_then(|s| s.start_time.as_ref()).map(|t| t.0);
+            crate::cluster::do_not_disrupt_active(&annotations, started, now)
+        });
+        let occupied = held || !pods.iter().all(|p| crate::cluster::owned_by_daemon_set(p));
+        let cost = pods.iter().map(|p| crate::disruption::kube_pod_cost(p)).sum::<f64>()
+            * crate::disruption::claim_lifetime_remaining(c, now);
+        Key { launched, occupied, held, cost }
+    };
+    let mut keyed: Vec<(Key, &'c Arc<NodeClaim>)> = live.iter().map(|c| (key(c), *c)).collect();
+    keyed.sort_by(|(a, ca), (b, cb)| {
+        let created = |c: &NodeClaim| c.metadata.creation_timestamp.as_ref().map(|t| t.0);
+        a.partial_cmp(b).unwrap_or(Ordering::Equal).then_with(|| created(cb).cmp(&created(ca)))
+    });
+    keyed.into_iter().map(|(_, c)| c).collect()
+}
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -934,6 +965,60 @@ mod tests {
     use crate::clock::Clock;
     use crate::cloud::fake::FakeCloud;
     use crate::cluster::InMemoryApi;
+
+    /// Karpenter's static deprovisioning order: unlaunched claims, empty nodes, then the cheapest to
+    /// disrupt, nodes with an active do-not-disrupt pod (a DaemonSet's too) last.
+    #[test]
+    fn a_static_pools_surplus_goes_unlaunched_first_then_empty_then_cheapest() {
+        let now: Timestamp = "2026-03-04T12:00:00Z".parse().unwrap();
+        let mut snapshot = Snapshot::default();
+        let mut claims = Vec::new();
+        for (i, name) in ["pinned", "ds-pinned", "heavy", "cheap", "empty", "unlaunched"].into_iter().enumerate() {
+            let mut c = NodeClaim::new(name, NodeClaimSpec::default());
+            // Later names are newer: a tie would put them first.
+            c.metadata.creation_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(clock::add(
+                now,
+                Duration::from_secs(i as u64),
+            )));
+            if name != "unlaunched" {
+                let status = c.status.get_or_insert_with(Default::default);
+                status.provider_id = Some(format!("fake:///{name}"));
+                status.node_name = Some(name.to_owned());
+            }
+            claims.push(Arc::new(c));
+        }
+        let pod = |name: &str, node: &str, daemon: bool, pinned: bool| {
+            let mut meta = serde_json::json!({"name": name, "namespace": "default"});
+            if daemon {
+                meta["ownerReferences"] = serde_json::json!([{"apiVersion": "apps/v1", "kind": "DaemonSet",
+                    "name": "agent", "uid": "u", "controller": true}]);
+            }
+            if pinned {
+                meta["annotations"] = serde_json::json!({labels::DO_NOT_DISRUPT: "true"});
+            }
+            let p: k8s_openapi::api::core::v1::Pod = serde_json::from_value(serde_json::json!({
+                "metadata": meta, "spec": {"nodeName": node, "containers": [{"name": "c"}]},
+                "status": {"phase": "Running", "startTime": "2026-03-01T00:00:00Z"}
+            }))
+            .unwrap();
+            (format!("default/{name}"), Arc::new(p))
+        };
+        let pods = Arc::make_mut(&mut snapshot.pods);
+        for (key, p) in [
+            pod("agent-empty", "empty", true, false),
+            pod("a", "cheap", false, false),
+            pod("b1", "heavy", false, false),
+            pod("b2", "heavy", false, false),
+            pod("b3", "heavy", false, false),
+            pod("agent-pinned", "ds-pinned", true, true),
+            pod("job", "pinned", false, true),
+        ] {
+            pods.insert(key, p);
+        }
+        let live: Vec<&Arc<NodeClaim>> = claims.iter().collect();
+        let order: Vec<&str> = surplus_order(&snapshot, &live, now).into_iter().map(|c| c.name()).collect();
+        assert_eq!(order, ["unlaunched", "empty", "cheap", "heavy", "ds-pinned", "pinned"]);
+    }
 
     fn claim(name: &str, hash: Option<(&str, Option<&str>)>) -> NodeClaim {
         let mut c = NodeClaim::new(name, NodeClaimSpec::default());

@@ -21,7 +21,7 @@ pub use pod::{
 pub use requirements::{Incompatible, Requirement, Requirements};
 pub use scheduler::{
     ClaimPlan, ExistingNode, Launch, NodePlacement, Packing, PoolInput, Results, Scheduler, SchedulerOptions,
-    Unschedulable, allowed_types, offering_ok, template_requirements,
+    Unschedulable, VolumeRoom, allowed_types, offering_ok, template_requirements,
 };
 pub use volumes::{VolumeError, VolumePlacement, volume_placement};
 

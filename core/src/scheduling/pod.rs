@@ -171,9 +171,10 @@ pub struct PodInfo {
     pub node_name: Option<String>,
     /// Whether a DaemonSet owns the pod.
     pub daemon: bool,
-    /// The volume attachments its persistent volumes take on its node, per CSI driver. Read from the
-    /// cluster's storage when the state is built, not from the pod alone: empty from [`PodInfo::from_pod`].
-    pub volumes: Vec<(String, u32)>,
+    /// The volume attachments its persistent volumes take on its node: each one's CSI driver and claim
+    /// (`namespace/name`). Read from the cluster's storage when the state is built, not from the pod
+    /// alone: empty from [`PodInfo::from_pod`].
+    pub volumes: Vec<(String, String)>,
 }
 
 /// A pod that cannot be understood.

@@ -66,9 +66,42 @@ pub struct ExistingNode {
     /// Whether it may take pods (false for nodes being deleted, or, when consolidating, nodes inside their
     /// own `consolidateAfter`).
     pub accepts_pods: bool,
-    /// The volume attachments it has room for, per CSI driver that publishes a limit on it (its
-    /// CSINode's `allocatable.count` less the volumes of its pods); a driver not listed has no limit.
-    pub volume_room: Vec<(String, i64)>,
+    /// The attach limit of each CSI driver that publishes one on it (its CSINode's `allocatable.count`),
+    /// with the volumes its pods hold; a driver not listed has no limit.
+    pub volume_room: Vec<VolumeRoom>,
+}
+
+/// One CSI driver's attach limit on a node, and the volumes (claims, `namespace/name`) attached under it.
+/// A pod's volume already attached (a claim another pod of the node uses) takes no more room, as
+/// Karpenter's volume usage counts distinct claims.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct VolumeRoom {
+    /// The CSI driver.
+    pub driver: String,
+    /// How many volumes it may attach.
+    pub limit: i64,
+    /// The claims attached.
+    pub attached: BTreeSet<String>,
+}
+
+impl VolumeRoom {
+    /// Whether the node has room under its drivers' limits for `volumes` (driver, claim) on top of what
+    /// it holds.
+    pub fn admit(rooms: &[VolumeRoom], volumes: &[(String, String)]) -> bool {
+        rooms.iter().all(|r| {
+            let new = volumes.iter().filter(|(d, c)| *d == r.driver && !r.attached.contains(c)).count();
+            new == 0 || r.attached.len() as i64 + new as i64 <= r.limit
+        })
+    }
+
+    /// Records `volumes` as attached.
+    pub fn attach(rooms: &mut [VolumeRoom], volumes: &[(String, String)]) {
+        for (driver, claim) in volumes {
+            if let Some(r) = rooms.iter_mut().find(|r| r.driver == *driver) {
+                r.attached.insert(claim.clone());
+            }
+        }
+    }
 }
 
 /// Knobs of one scheduling pass.
@@ -253,7 +286,7 @@ struct Node {
     available: Resources,
     host_ports: Vec<HostPort>,
     accepts_pods: bool,
-    volume_room: Vec<(String, i64)>,
+    volume_room: Vec<VolumeRoom>,
     pods: Vec<usize>,
 }
 
@@ -710,11 +743,7 @@ impl Scheduler {
                 let node = &mut self.nodes[n];
                 node.available.sub_assign(&pod.requests);
                 node.host_ports.extend(pod.host_ports.iter().cloned());
-                for (driver, n) in &pod.volumes {
-                    if let Some((_, room)) = node.volume_room.iter_mut().find(|(d, _)| d == driver) {
-                        *room -= i64::from(*n);
-                    }
-                }
+                VolumeRoom::attach(&mut node.volume_room, &pod.volumes);
                 node.pods.push(i);
                 let labels_of = &node.info.labels;
                 self.topology.record(selecting, &groups, &|k| labels_of.get(k).cloned().map(Landed::Named), None);
@@ -869,9 +898,7 @@ impl Scheduler {
             return false;
         }
         // CSI attach limits, as Karpenter's volume usage checks them on existing nodes.
-        let over_limit =
-            |(driver, n): &(String, u32)| node.volume_room.iter().any(|(d, room)| d == driver && i64::from(*n) > *room);
-        if pod.volumes.iter().any(over_limit) {
+        if !pod.volumes.is_empty() && !VolumeRoom::admit(&node.volume_room, &pod.volumes) {
             return false;
         }
         if !groups.is_empty() || !inverse.is_empty() {

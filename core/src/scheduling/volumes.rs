@@ -43,9 +43,10 @@ fn key(key: &str) -> &str {
 pub struct VolumePlacement {
     /// The node requirements its volumes add.
     pub requirements: Requirements,
-    /// The attachments its volumes take on its node, per CSI driver (the bound volume's driver, else the
-    /// class's provisioner), sorted by driver.
-    pub attachments: Vec<(String, u32)>,
+    /// The attachments its volumes take on its node: each volume's CSI driver (the bound volume's driver,
+    /// else the class's provisioner) and its claim (`namespace/name`), sorted. Pods sharing a claim share
+    /// its attachment.
+    pub attachments: Vec<(String, String)>,
 }
 
 /// Where `pod`'s volumes let it run, read from `storage`. Nothing when the storage holds no claims at
@@ -58,14 +59,11 @@ pub fn volume_placement(pod: &Pod, storage: &Storage) -> Result<VolumePlacement,
         return Ok(placement);
     }
     let out = &mut placement.requirements;
-    let mut attach = |driver: Option<&str>| {
-        let Some(driver) = driver.filter(|d| !d.is_empty()) else { return };
-        match placement.attachments.iter_mut().find(|(d, _)| d == driver) {
-            Some((_, n)) => *n += 1,
-            None => placement.attachments.push((driver.to_owned(), 1)),
-        }
-    };
     let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
+    let mut attach = |driver: Option<&str>, claim: &str| {
+        let Some(driver) = driver.filter(|d| !d.is_empty()) else { return };
+        placement.attachments.push((driver.to_owned(), format!("{namespace}/{claim}")));
+    };
     let pod_name = pod.metadata.name.as_deref().unwrap_or_default();
     let error = |message: String| VolumeError { pod: format!("{namespace}/{pod_name}"), message };
     for v in volumes {
@@ -98,7 +96,7 @@ pub fn volume_placement(pod: &Pod, storage: &Storage) -> Result<VolumePlacement,
                 return Err(error(format!("PersistentVolume {volume_name} does not exist")));
             };
             let spec = pv.spec.as_ref();
-            attach(spec.and_then(|s| s.csi.as_ref()).map(|c| c.driver.as_str()));
+            attach(spec.and_then(|s| s.csi.as_ref()).map(|c| c.driver.as_str()), &claim_name);
             let local = spec.is_some_and(|s| s.local.is_some() || s.host_path.is_some());
             let term = spec
                 .and_then(|s| s.node_affinity.as_ref())
@@ -115,7 +113,7 @@ pub fn volume_placement(pod: &Pod, storage: &Storage) -> Result<VolumePlacement,
             let Some(class) = storage.classes.get(&class_name) else {
                 return Err(error(format!("StorageClass {class_name} does not exist")));
             };
-            attach(Some(class.provisioner.as_str()));
+            attach(Some(class.provisioner.as_str()), &claim_name);
             let term = class.allowed_topologies.as_ref().and_then(|t| t.first());
             for e in term.and_then(|t| t.match_label_expressions.as_ref()).into_iter().flatten() {
                 out.add(Requirement::is_in(key(&e.key), e.values.iter().cloned()));
@@ -123,6 +121,7 @@ pub fn volume_placement(pod: &Pod, storage: &Storage) -> Result<VolumePlacement,
         }
     }
     placement.attachments.sort();
+    placement.attachments.dedup();
     Ok(placement)
 }
 
