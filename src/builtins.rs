@@ -177,6 +177,9 @@ async fn aws(
 
     let mut aws = AwsSettings::new(settings.cluster_name.clone());
     aws.interruption_queue = settings.interruption_queue.clone();
+    aws.cluster_endpoint = settings.cluster_endpoint.clone();
+    aws.cluster_ca_bundle = settings.cluster_ca_bundle.clone();
+    aws.cluster_service_cidr = settings.cluster_service_cidr.clone();
     let provider = Arc::new(AwsProvider::new(aws).await.with_unavailable_offerings(unavailable.clone()));
     tracing::info!(region = provider.region(), "the aws provider");
     registry.register_arc(provider.clone()).context("registering the aws provider")?;

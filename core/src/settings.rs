@@ -283,6 +283,27 @@ pub const SETTINGS: &[SettingSpec] = &[
         "The SQS queue (name or URL) EventBridge delivers EC2 interruption events to, for the aws provider; empty turns interruption handling off.",
     ),
     s(
+        "cluster-endpoint",
+        "CLUSTER_ENDPOINT",
+        "",
+        Kind::Text,
+        "The API server URL nodes join, for the aws provider's user data; empty asks EKS DescribeCluster.",
+    ),
+    s(
+        "cluster-ca-bundle",
+        "CLUSTER_CA_BUNDLE",
+        "",
+        Kind::Text,
+        "The cluster's CA bundle (base64 PEM) nodes trust, for the aws provider's user data; empty asks EKS DescribeCluster.",
+    ),
+    s(
+        "cluster-service-cidr",
+        "CLUSTER_SERVICE_CIDR",
+        "",
+        Kind::Text,
+        "The cluster's service CIDR (AL2023 nodes derive the cluster DNS address from it), for the aws provider; empty asks EKS DescribeCluster.",
+    ),
+    s(
         "kwok-catalog",
         "KWOK_CATALOG",
         "",
@@ -492,6 +513,12 @@ pub struct Settings {
     pub health_probe_port: u16,
     /// The aws provider's interruption queue (`None`: no interruption handling).
     pub interruption_queue: Option<String>,
+    /// `cluster-endpoint`: the API server URL nodes join; `None` asks the provider's cloud.
+    pub cluster_endpoint: Option<String>,
+    /// `cluster-ca-bundle`: the cluster CA bundle (base64 PEM) nodes trust; `None` asks the provider's cloud.
+    pub cluster_ca_bundle: Option<String>,
+    /// `cluster-service-cidr`: the service CIDR; `None` asks the provider's cloud.
+    pub cluster_service_cidr: Option<String>,
     /// The simulated-node provider's InstanceCatalog file (`None`: its built-in catalog).
     pub kwok_catalog: Option<String>,
     /// How long a simulated node takes to appear.
@@ -715,6 +742,9 @@ impl Settings {
             metrics_port: port("metrics-port")?,
             health_probe_port: port("health-probe-port")?,
             interruption_queue: Some(get("interruption-queue").1.trim().to_owned()).filter(|q| !q.is_empty()),
+            cluster_endpoint: Some(get("cluster-endpoint").1.trim().to_owned()).filter(|q| !q.is_empty()),
+            cluster_ca_bundle: Some(get("cluster-ca-bundle").1.trim().to_owned()).filter(|q| !q.is_empty()),
+            cluster_service_cidr: Some(get("cluster-service-cidr").1.trim().to_owned()).filter(|q| !q.is_empty()),
             kwok_catalog: Some(get("kwok-catalog").1.trim().to_owned()).filter(|c| !c.is_empty()),
             kwok_registration_delay: duration("kwok-registration-delay")?,
         })

@@ -446,6 +446,128 @@ async fn create_fleet_launches_tagged_instances_from_a_launch_template() {
     }
 }
 
+/// moto: an AL2023 class launches with user data that joins the cluster: a `nodeadm` NodeConfig after
+/// the user's own script, with the endpoint, CA and service CIDR EKS `DescribeCluster` reports, the
+/// class's kubelet settings (which the offered allocatable follows), and the claim's labels and taints.
+/// Settings that name the cluster's facts are used instead of asking EKS.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_al2023_class_launches_with_user_data_that_joins_the_cluster() {
+    use tenon_providers::aws::bootstrap::mime;
+    let env = Env::new("al2023").await;
+    let conf = sdk_config().await;
+    let eks = aws_sdk_eks::Client::new(&conf);
+    eks.create_cluster()
+        .name(&env.cluster)
+        .role_arn("arn:aws:iam::123456789012:role/eks-cluster")
+        .resources_vpc_config(
+            aws_sdk_eks::types::VpcConfigRequest::builder().subnet_ids(env.subnets[0].0.clone()).build(),
+        )
+        .send()
+        .await
+        .unwrap();
+    let described = eks.describe_cluster().name(&env.cluster).send().await.unwrap();
+    let cluster = described.cluster().unwrap();
+    let mut class = env.node_class();
+    class.spec.ami_family = Some("AL2023".into());
+    class.spec.kubelet = serde_json::json!({"maxPods": 30, "kubeReserved": {"cpu": "250m"}}).as_object().cloned();
+    let p = env.provider().await;
+    p.apply_node_class(class.clone()).unwrap();
+    let types = p.instance_types(&env.pool()).await.unwrap();
+    let m5 = types.iter().find(|t| t.name == "m5.large").unwrap();
+    assert_eq!(m5.capacity.get(ResourceName::PODS), 30, "maxPods sets the pods offered");
+    assert_eq!(m5.overhead.kube_reserved.get(ResourceName::CPU), 250);
+
+    let mut claim = env.claim("joins-1", vec![req(labels::INSTANCE_TYPE, &["m5.large"]), req("team", &["ml"])]);
+    claim.spec.taints = vec![k8s_openapi::api::core::v1::Taint {
+        key: "dedicated".into(),
+        value: Some("ml".into()),
+        effect: "NoSchedule".into(),
+        time_added: None,
+    }];
+    let i = p.create(&claim, &LaunchOptions::default()).await.unwrap();
+    let node_config = |data: &ec2::ResponseLaunchTemplateData| -> (Vec<mime::Part>, serde_json::Value) {
+        let text = String::from_utf8(aws_smithy_types::base64::decode(data.user_data().unwrap()).unwrap()).unwrap();
+        let parts = mime::parse(&text).unwrap();
+        let doc = serde_yaml_ng::from_str(&parts.last().unwrap().content).unwrap();
+        (parts, doc)
+    };
+    let lts = launch_templates(&env).await;
+    assert_eq!(lts.len(), 1, "one template for the class, its AMI and this user data");
+    let versions = env
+        .ec2
+        .describe_launch_template_versions()
+        .launch_template_id(lts[0].launch_template_id().unwrap())
+        .send()
+        .await
+        .unwrap();
+    let (parts, doc) = node_config(versions.launch_template_versions()[0].launch_template_data().unwrap());
+    assert_eq!(parts[0].content, "#!/bin/bash\necho hello", "the class's own script runs first");
+    let spec = &doc["spec"];
+    assert_eq!(spec["cluster"]["name"], env.cluster.as_str());
+    assert_eq!(spec["cluster"]["apiServerEndpoint"], cluster.endpoint().unwrap());
+    assert_eq!(spec["cluster"]["certificateAuthority"], cluster.certificate_authority().unwrap().data().unwrap());
+    let cidr = cluster.kubernetes_network_config().and_then(|n| n.service_ipv4_cidr()).unwrap();
+    assert_eq!(spec["cluster"]["cidr"], cidr);
+    assert_eq!(spec["kubelet"]["config"]["maxPods"], 30);
+    assert_eq!(spec["kubelet"]["config"]["kubeReserved"]["cpu"], "250m");
+    let taints: Vec<String> = spec["kubelet"]["config"]["registerWithTaints"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| format!("{}:{}", t["key"].as_str().unwrap(), t["effect"].as_str().unwrap()))
+        .collect();
+    assert_eq!(taints, ["dedicated:NoSchedule", "karpenter.sh/unregistered:NoExecute"]);
+    let flags = spec["kubelet"]["flags"][0].as_str().unwrap();
+    assert_eq!(flags, "--node-labels=karpenter.sh/capacity-type=spot,karpenter.sh/nodepool=default,team=ml");
+    p.delete(&with_provider_id(claim, &i.provider_id)).await.unwrap();
+
+    // The cluster's facts from the settings: EKS is not asked (this cluster name is unknown to it).
+    let mut settings = env.settings();
+    settings.cluster_name = format!("{}-elsewhere", env.cluster);
+    settings.cluster_endpoint = Some("https://api.elsewhere.example".into());
+    settings.cluster_ca_bundle = Some("Y2E=".into());
+    settings.cluster_service_cidr = Some("10.96.0.0/12".into());
+    let elsewhere = env.provider_with(settings).await;
+    elsewhere.apply_node_class(class).unwrap();
+    let claim = env.claim("joins-2", vec![req(labels::INSTANCE_TYPE, &["m5.large"])]);
+    let i = elsewhere.create(&claim, &LaunchOptions::default()).await.unwrap();
+    let lts = env.ec2.describe_launch_templates().send().await.unwrap();
+    let lt = lts
+        .launch_templates()
+        .iter()
+        .find(|t| t.launch_template_name().is_some_and(|n| n.starts_with(&format!("tenon/{}-elsewhere/", env.cluster))))
+        .unwrap();
+    let versions = env
+        .ec2
+        .describe_launch_template_versions()
+        .launch_template_id(lt.launch_template_id().unwrap())
+        .send()
+        .await
+        .unwrap();
+    let (_, doc) = node_config(versions.launch_template_versions()[0].launch_template_data().unwrap());
+    assert_eq!(doc["spec"]["cluster"]["apiServerEndpoint"], "https://api.elsewhere.example");
+    assert_eq!(doc["spec"]["cluster"]["certificateAuthority"], "Y2E=");
+    assert_eq!(doc["spec"]["cluster"]["cidr"], "10.96.0.0/12");
+    elsewhere.delete(&with_provider_id(claim, &i.provider_id)).await.unwrap();
+}
+
+/// moto: a class whose cluster facts cannot be found (no settings, no EKS cluster of that name) is not
+/// ready, and says what to set.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_family_class_without_cluster_facts_is_not_ready() {
+    let env = Env::new("nofacts").await;
+    let mut class = env.node_class();
+    class.spec.ami_family = Some("Bottlerocket".into());
+    let p = env.provider().await;
+    p.apply_node_class(class).unwrap();
+    let err = p
+        .create(&env.claim("nofacts-1", vec![req(labels::INSTANCE_TYPE, &["m5.large"])]), &LaunchOptions::default())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, CloudError::NodeClassNotReady(_)), "{err:?}");
+    assert!(err.to_string().contains("CLUSTER_ENDPOINT"), "{err}");
+}
+
 /// moto: list and get see only this cluster's instances; delete terminates, then answers NotFound;
 /// another cluster's instance is never listed, read or deleted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -133,6 +133,9 @@ disableLeaderElection: DISABLE_LEADER_ELECTION
 metricsPort: METRICS_PORT
 healthProbePort: HEALTH_PROBE_PORT
 interruptionQueue: INTERRUPTION_QUEUE
+clusterEndpoint: CLUSTER_ENDPOINT
+clusterCABundle: CLUSTER_CA_BUNDLE
+clusterServiceCIDR: CLUSTER_SERVICE_CIDR
 kwokCatalog: KWOK_CATALOG
 kwokRegistrationDelay: KWOK_REGISTRATION_DELAY
 {{- end }}

@@ -4,7 +4,9 @@
 use std::collections::{BTreeMap, HashMap};
 
 use tenon_core::api::labels;
-use tenon_core::cloud::{InstanceType, Offering, Overhead};
+use tenon_core::cloud::{InstanceType, Offering};
+
+use super::kubelet::{AmiFamily, Kubelet};
 use tenon_core::resources::{ResourceName, Resources};
 
 /// Label: the instance category (`p` of `p4d.24xlarge`).
@@ -113,9 +115,16 @@ const MIB: i64 = 1 << 20;
 const GIB: i64 = 1 << 30;
 
 /// Capacity, overhead and labels of `shape`, offered as `offerings`. `root_volume_gib` is the root volume
-/// the NodeClass gives it (ephemeral storage).
-pub fn instance_type(shape: &Shape, root_volume_gib: i64, offerings: Vec<Offering>) -> InstanceType {
-    let pods = max_pods(shape.max_enis, shape.ipv4_per_eni);
+/// the NodeClass gives it (ephemeral storage); `kubelet` and `family` decide the pods it runs and what the
+/// kubelet holds back ([`Kubelet::overhead`]).
+pub fn instance_type(
+    shape: &Shape,
+    root_volume_gib: i64,
+    kubelet: &Kubelet,
+    family: AmiFamily,
+    offerings: Vec<Offering>,
+) -> InstanceType {
+    let pods = kubelet.pods(shape, family);
     let mut capacity = Resources::cpu_memory(shape.vcpu * 1000, shape.memory_mib * MIB)
         .with(ResourceName::PODS, pods)
         .with(ResourceName::EPHEMERAL_STORAGE, root_volume_gib * GIB);
@@ -130,17 +139,7 @@ pub fn instance_type(shape: &Shape, root_volume_gib: i64, offerings: Vec<Offerin
     {
         capacity.set(r, amd);
     }
-    let overhead = Overhead {
-        kube_reserved: Resources::cpu_memory(
-            kube_reserved_cpu_millis(shape.vcpu),
-            kube_reserved_memory_mib(pods) * MIB,
-        )
-        .with(ResourceName::EPHEMERAL_STORAGE, GIB),
-        system_reserved: Resources::ZERO,
-        // 100Mi of memory and 10% of the root volume, the kubelet's default hard eviction thresholds.
-        eviction_threshold: Resources::cpu_memory(0, 100 * MIB)
-            .with(ResourceName::EPHEMERAL_STORAGE, root_volume_gib * GIB / 10),
-    };
+    let overhead = kubelet.overhead(shape, family, root_volume_gib);
     InstanceType { name: shape.name.clone(), labels: shape_labels(shape), capacity, overhead, offerings }
 }
 
@@ -263,7 +262,7 @@ mod tests {
             hypervisor: "nitro".into(),
             bare_metal: false,
         };
-        let it = instance_type(&shape, 20, Vec::new());
+        let it = instance_type(&shape, 20, &Kubelet::default(), AmiFamily::Al2023, Vec::new());
         assert_eq!(it.capacity.get(ResourceName::NVIDIA_GPU), 1);
         assert_eq!(it.labels[LABEL_GPU_NAME], "a10g");
         assert_eq!(it.labels[LABEL_INSTANCE_GENERATION], "5");

@@ -9,8 +9,11 @@
 //!
 //! See `docs/aws.md` for the settings and the IAM permissions.
 
+pub mod bootstrap;
 pub mod catalog;
 pub mod events;
+pub mod kubelet;
+mod launch_template;
 pub mod nodeclass;
 mod provider;
 mod settings;

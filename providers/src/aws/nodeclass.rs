@@ -59,6 +59,58 @@ pub struct EC2NodeClassSpec {
     /// The instance metadata service options.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub metadata_options: Option<MetadataOptions>,
+    /// The AMI family (`AL2023`, `AL2`, `Bottlerocket`, `Custom`): how user data is written. Implied by an
+    /// `alias` term; required without one.
+    #[serde(default, rename = "amiFamily", skip_serializing_if = "Option::is_none")]
+    pub ami_family: Option<String>,
+    /// The kubelet's configuration: any field of the upstream `KubeletConfiguration`
+    /// ([`crate::aws::kubelet`]). The scheduling fields shape each instance type's allocatable; every field
+    /// reaches the node's user data.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "open_object")]
+    pub kubelet: Option<serde_json::Map<String, serde_json::Value>>,
+    /// `RAID0`: the instance-store disks become one RAID 0 array for the kubelet, containerd and pod logs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instance_store_policy: Option<String>,
+}
+
+/// The schema of an open object the API server keeps as written.
+fn open_object(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({"type": "object", "x-kubernetes-preserve-unknown-fields": true})
+}
+
+impl EC2NodeClassSpec {
+    /// The AMI family: `amiFamily`, else the first alias term's, else `Custom`. An unknown name is an
+    /// error naming the field.
+    pub fn family(&self) -> Result<crate::aws::kubelet::AmiFamily, String> {
+        use crate::aws::kubelet::AmiFamily;
+        if let Some(f) = &self.ami_family {
+            return AmiFamily::parse(f)
+                .ok_or_else(|| format!("spec.amiFamily: {f:?} is not AL2023, AL2, Bottlerocket or Custom"));
+        }
+        for t in &self.ami_selector_terms {
+            if let Some(alias) = &t.alias {
+                let family = alias.split('@').next().unwrap_or_default();
+                return AmiFamily::parse(family)
+                    .ok_or_else(|| format!("spec.amiSelectorTerms: alias {alias:?} names no AMI family tenon knows"));
+            }
+        }
+        Ok(AmiFamily::Custom)
+    }
+
+    /// `spec.kubelet`, parsed ([`crate::aws::kubelet::Kubelet::parse`]).
+    pub fn kubelet(&self) -> Result<crate::aws::kubelet::Kubelet, String> {
+        crate::aws::kubelet::Kubelet::parse(self.kubelet.as_ref())
+    }
+
+    /// Whether `instanceStorePolicy` is `RAID0`; another value is an error naming the field.
+    pub fn raid0(&self) -> Result<bool, String> {
+        match self.instance_store_policy.as_deref() {
+            None => Ok(false),
+            Some("RAID0") => Ok(true),
+            Some(other) => Err(format!("spec.instanceStorePolicy: {other:?} is not RAID0")),
+        }
+    }
 }
 
 /// One AMI selector term: exactly one of `alias`, `id`, `name` (with an optional `owner`) or `tags`.
@@ -277,7 +329,7 @@ impl EC2NodeClass {
     /// terms are left out: their result is compared through the status instead.
     pub fn static_hash(&self) -> String {
         let s = &self.spec;
-        let fields = serde_json::json!({
+        let mut fields = serde_json::json!({
             "role": s.role,
             "instanceProfile": s.instance_profile,
             "userData": s.user_data,
@@ -285,6 +337,19 @@ impl EC2NodeClass {
             "tags": s.tags,
             "metadataOptions": s.metadata_options,
         });
+        // Fields added later join the hash only when set, so a class that does not use them keeps the hash
+        // its nodes were launched with and nothing drifts on an upgrade.
+        for (key, value) in [
+            ("amiFamily", serde_json::to_value(&s.ami_family)),
+            ("kubelet", serde_json::to_value(&s.kubelet)),
+            ("instanceStorePolicy", serde_json::to_value(&s.instance_store_policy)),
+        ] {
+            if let Ok(v) = value
+                && !v.is_null()
+            {
+                fields[key] = v;
+            }
+        }
         tenon_core::api::stable_hash(&fields)
     }
 

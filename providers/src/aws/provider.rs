@@ -19,8 +19,10 @@ use tenon_core::cloud::{
 };
 use tenon_core::resources::Resources;
 
+use super::bootstrap::ClusterInfo;
 use super::catalog::{self, Gpu, Shape};
 use super::events;
+use super::kubelet::{AmiFamily, Kubelet};
 use super::nodeclass::{
     self, AmiSelectorTerm, EC2NodeClass, EC2NodeClassStatus, ResolvedAmi, ResolvedSecurityGroup, ResolvedSubnet,
 };
@@ -76,14 +78,15 @@ struct ResolvedClass {
 type QuotaKey = (CapacityType, String);
 
 #[derive(Debug, Default)]
-struct State {
+pub(super) struct State {
     classes: HashMap<String, Arc<EC2NodeClass>>,
     resolved: HashMap<String, ResolvedClass>,
     shapes: Option<Cached<HashMap<String, Shape>>>,
     zones: Option<Cached<HashMap<String, BTreeSet<String>>>>,
     spot: Option<Cached<HashMap<(String, String), f64>>>,
     on_demand: Option<Cached<HashMap<String, f64>>>,
-    templates: BTreeSet<String>,
+    pub(super) templates: BTreeSet<String>,
+    pub(super) cluster: Option<Arc<ClusterInfo>>,
     quota: HashMap<QuotaKey, Timestamp>,
     unavailable: Option<Arc<UnavailableOfferings>>,
     queue_url: Option<String>,
@@ -91,10 +94,11 @@ struct State {
 
 /// The AWS provider.
 pub struct AwsProvider {
-    settings: AwsSettings,
+    pub(super) settings: AwsSettings,
     region: String,
-    ec2: aws_sdk_ec2::Client,
+    pub(super) ec2: aws_sdk_ec2::Client,
     sqs: aws_sdk_sqs::Client,
+    pub(super) eks: aws_sdk_eks::Client,
     clock: SharedClock,
     state: Mutex<State>,
 }
@@ -105,7 +109,7 @@ impl fmt::Debug for AwsProvider {
     }
 }
 
-fn sdk_error<E>(op: &str, e: SdkError<E, aws_sdk_ec2::config::http::HttpResponse>) -> CloudError
+pub(super) fn sdk_error<E>(op: &str, e: SdkError<E, aws_sdk_ec2::config::http::HttpResponse>) -> CloudError
 where
     E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
 {
@@ -130,7 +134,7 @@ where
     CloudError::message(NAME, format!("{op}: {}", DisplayErrorContext(&e)))
 }
 
-fn filter(name: &str, values: impl IntoIterator<Item = impl Into<String>>) -> ec2::Filter {
+pub(super) fn filter(name: &str, values: impl IntoIterator<Item = impl Into<String>>) -> ec2::Filter {
     let mut f = ec2::Filter::builder().name(name);
     for v in values {
         f = f.values(v);
@@ -147,7 +151,7 @@ fn tag_filters(tags: &BTreeMap<String, String>) -> Vec<ec2::Filter> {
         .collect()
 }
 
-fn tag(key: &str, value: &str) -> ec2::Tag {
+pub(super) fn tag(key: &str, value: &str) -> ec2::Tag {
     ec2::Tag::builder().key(key).value(value).build()
 }
 
@@ -197,13 +201,16 @@ impl AwsProvider {
     pub fn from_sdk_config(settings: AwsSettings, config: &aws_config::SdkConfig) -> Self {
         let mut ec2_conf = aws_sdk_ec2::config::Builder::from(config);
         let mut sqs_conf = aws_sdk_sqs::config::Builder::from(config);
+        let mut eks_conf = aws_sdk_eks::config::Builder::from(config);
         if let Some(r) = &settings.region {
             ec2_conf = ec2_conf.region(aws_sdk_ec2::config::Region::new(r.clone()));
             sqs_conf = sqs_conf.region(aws_sdk_sqs::config::Region::new(r.clone()));
+            eks_conf = eks_conf.region(aws_sdk_eks::config::Region::new(r.clone()));
         }
         if let Some(e) = &settings.endpoint_url {
             ec2_conf = ec2_conf.endpoint_url(e.clone());
             sqs_conf = sqs_conf.endpoint_url(e.clone());
+            eks_conf = eks_conf.endpoint_url(e.clone());
         }
         let region = settings
             .region
@@ -215,6 +222,7 @@ impl AwsProvider {
             region,
             ec2: aws_sdk_ec2::Client::from_conf(ec2_conf.build()),
             sqs: aws_sdk_sqs::Client::from_conf(sqs_conf.build()),
+            eks: aws_sdk_eks::Client::from_conf(eks_conf.build()),
             clock: Arc::new(SystemClock),
             state: Mutex::new(State::default()),
         }
@@ -258,7 +266,7 @@ impl AwsProvider {
         &self.sqs
     }
 
-    fn state(&self) -> MutexGuard<'_, State> {
+    pub(super) fn state(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
@@ -302,39 +310,6 @@ impl AwsProvider {
             st.resolved.remove(name);
         }
         self.delete_launch_templates(name, &BTreeSet::new()).await
-    }
-
-    /// Deletes the launch templates this cluster made for node class `class`, except those named in `keep`.
-    async fn delete_launch_templates(&self, class: &str, keep: &BTreeSet<String>) -> Result<(), CloudError> {
-        let mut pages = self
-            .ec2
-            .describe_launch_templates()
-            .filters(filter(&format!("tag:{}", self.cluster_tag()), ["owned"]))
-            .filters(filter(&format!("tag:{TAG_NODE_CLASS}"), [class]))
-            .into_paginator()
-            .send();
-        let mut stale = Vec::new();
-        while let Some(page) = pages.next().await {
-            let resp = page.map_err(|e| sdk_error("DescribeLaunchTemplates", e))?;
-            stale.extend(
-                resp.launch_templates()
-                    .iter()
-                    .filter_map(|t| t.launch_template_name())
-                    .filter(|n| !keep.contains(*n))
-                    .map(str::to_owned),
-            );
-        }
-        for name in &stale {
-            self.state().templates.remove(name);
-            match self.ec2.delete_launch_template().launch_template_name(name).send().await {
-                Ok(_) => {
-                    tracing::info!(launch_template = %name, node_class = class, "deleted an unused launch template")
-                }
-                Err(e) if e.code().is_some_and(|c| c.starts_with("InvalidLaunchTemplateName.NotFound")) => {}
-                Err(e) => return Err(sdk_error(&format!("DeleteLaunchTemplate {name}"), e)),
-            }
-        }
-        Ok(())
     }
 
     fn class_name<'a>(&self, r: Option<&'a NodeClassRef>, object: &str) -> Result<&'a str, CloudError> {
@@ -458,7 +433,8 @@ impl AwsProvider {
     ) -> Arc<EC2NodeClassStatus> {
         let status = Arc::new(status);
         self.state().resolved.insert(name.to_owned(), ResolvedClass { at: self.now(), status: status.clone() });
-        let keep: BTreeSet<String> = status.amis.iter().map(|a| self.launch_template_name(class, &status, a)).collect();
+        let keep: BTreeSet<String> =
+            status.amis.iter().map(|a| self.launch_template_prefix(class, &status, a)).collect();
         if let Err(e) = self.delete_launch_templates(name, &keep).await {
             tracing::warn!(node_class = name, error = %e, "could not delete unused launch templates");
         }
@@ -835,6 +811,9 @@ impl AwsProvider {
         let subnet_zones: BTreeSet<&str> = status.subnets.iter().map(|s| s.zone.as_str()).collect();
         let archs: BTreeSet<&str> = status.amis.iter().map(|a| a.architecture.as_str()).collect();
         let root = self.root_volume_gib(Some(class));
+        let not_ready = |m: String| CloudError::NodeClassNotReady(format!("EC2NodeClass/{}: {m}", class.name()));
+        let family = class.spec.family().map_err(not_ready)?;
+        let kubelet = class.spec.kubelet().map_err(not_ready)?;
         let mut names: Vec<&String> = shapes.keys().collect();
         names.sort();
         let quota = self.live_quota_blocks();
@@ -863,7 +842,7 @@ impl AwsProvider {
                     offerings.push(o);
                 }
             }
-            let mut it = catalog::instance_type(shape, root, offerings);
+            let mut it = catalog::instance_type(shape, root, &kubelet, family, offerings);
             if let Some(arch) = shape.architectures.iter().find(|a| archs.contains(a.as_str())) {
                 it.labels.insert(labels::ARCH.to_owned(), arch.clone());
             }
@@ -910,7 +889,7 @@ impl AwsProvider {
         Ok(instance)
     }
 
-    fn cluster_tag(&self) -> String {
+    pub(super) fn cluster_tag(&self) -> String {
         format!("kubernetes.io/cluster/{}", self.settings.cluster_name)
     }
 
@@ -966,9 +945,13 @@ impl AwsProvider {
         let launch_time =
             i.launch_time().and_then(|t| Timestamp::from_second(t.secs()).ok()).unwrap_or_else(|| self.now());
         let class = tags.get(TAG_NODE_CLASS).and_then(|n| self.state().classes.get(n).cloned());
+        let (family, kubelet) = match class.as_deref() {
+            Some(c) => (c.spec.family().unwrap_or(AmiFamily::Custom), c.spec.kubelet().unwrap_or_default()),
+            None => (AmiFamily::Custom, Kubelet::default()),
+        };
         let it = shapes
             .and_then(|s| s.get(&itype))
-            .map(|s| catalog::instance_type(s, self.root_volume_gib(class.as_deref()), Vec::new()));
+            .map(|s| catalog::instance_type(s, self.root_volume_gib(class.as_deref()), &kubelet, family, Vec::new()));
         let price = match capacity_type {
             CapacityType::Spot => {
                 self.state().spot.as_ref().and_then(|s| s.value.get(&(itype.clone(), zone.to_owned())).copied())
@@ -997,115 +980,6 @@ impl AwsProvider {
             node_claim: tags.get(TAG_NODE_CLAIM).cloned(),
             price,
         })
-    }
-
-    /// The name of the launch template for (NodeClass spec, AMI, security groups, instance profile).
-    fn launch_template_name(&self, class: &EC2NodeClass, status: &EC2NodeClassStatus, ami: &ResolvedAmi) -> String {
-        let sgs: Vec<&str> = status.security_groups.iter().map(|g| g.id.as_str()).collect();
-        let key = serde_json::json!({
-            "cluster": self.settings.cluster_name, "class": class.name(), "hash": class.static_hash(),
-            "ami": ami.id, "sgs": sgs, "profile": status.instance_profile,
-        });
-        format!("tenon/{}/{}", self.settings.cluster_name, tenon_core::api::stable_hash(&key))
-    }
-
-    /// The launch template for (NodeClass, AMI, user data, security groups), created when missing.
-    async fn ensure_launch_template(
-        &self,
-        class: &EC2NodeClass,
-        status: &EC2NodeClassStatus,
-        ami: &ResolvedAmi,
-    ) -> Result<String, CloudError> {
-        let name = self.launch_template_name(class, status, ami);
-        if self.state().templates.contains(&name) {
-            return Ok(name);
-        }
-        let found = self.ec2.describe_launch_templates().launch_template_names(&name).send().await;
-        let exists = match found {
-            Ok(r) => !r.launch_templates().is_empty(),
-            Err(e) if e.code().is_some_and(|c| c.starts_with("InvalidLaunchTemplateName.NotFound")) => false,
-            Err(e) => return Err(sdk_error("DescribeLaunchTemplates", e)),
-        };
-        if !exists {
-            let data = self.launch_template_data(class, status, ami)?;
-            let mut tags = ec2::TagSpecification::builder()
-                .resource_type(ec2::ResourceType::LaunchTemplate)
-                .tags(tag(&self.cluster_tag(), "owned"))
-                .tags(tag(TAG_NODE_CLASS, class.name()));
-            for (k, v) in &class.spec.tags {
-                tags = tags.tags(tag(k, v));
-            }
-            match self
-                .ec2
-                .create_launch_template()
-                .launch_template_name(&name)
-                .launch_template_data(data)
-                .tag_specifications(tags.build())
-                .send()
-                .await
-            {
-                Ok(_) => {}
-                Err(e) if e.code().is_some_and(|c| c.contains("AlreadyExists")) => {}
-                Err(e) => return Err(sdk_error(&format!("CreateLaunchTemplate {name}"), e)),
-            }
-        }
-        self.state().templates.insert(name.clone());
-        Ok(name)
-    }
-
-    fn launch_template_data(
-        &self,
-        class: &EC2NodeClass,
-        status: &EC2NodeClassStatus,
-        ami: &ResolvedAmi,
-    ) -> Result<ec2::RequestLaunchTemplateData, CloudError> {
-        let s = &class.spec;
-        let mut d = ec2::RequestLaunchTemplateData::builder().image_id(&ami.id);
-        for g in &status.security_groups {
-            d = d.security_group_ids(&g.id);
-        }
-        if let Some(u) = &s.user_data {
-            d = d.user_data(aws_smithy_types::base64::encode(u.as_bytes()));
-        }
-        if let Some(p) = &status.instance_profile {
-            d = d.iam_instance_profile(
-                ec2::LaunchTemplateIamInstanceProfileSpecificationRequest::builder().name(p).build(),
-            );
-        }
-        for b in &s.block_device_mappings {
-            let mut m = ec2::LaunchTemplateBlockDeviceMappingRequest::builder().device_name(&b.device_name);
-            if let Some(e) = &b.ebs {
-                let size = e
-                    .size_gib()
-                    .map_err(|m| CloudError::NodeClassNotReady(format!("EC2NodeClass/{}: {m}", class.name())))?;
-                let ebs = ec2::LaunchTemplateEbsBlockDeviceRequest::builder()
-                    .set_volume_size(size)
-                    .set_volume_type(e.volume_type.as_deref().map(ec2::VolumeType::from))
-                    .set_iops(e.iops)
-                    .set_throughput(e.throughput)
-                    .set_encrypted(e.encrypted)
-                    .set_kms_key_id(e.kms_key_id.clone())
-                    .set_snapshot_id(e.snapshot_id.clone())
-                    .delete_on_termination(e.delete_on_termination.unwrap_or(true))
-                    .build();
-                m = m.ebs(ebs);
-            }
-            d = d.block_device_mappings(m.build());
-        }
-        let md = s.metadata_options.clone().unwrap_or_default();
-        d = d.metadata_options(
-            ec2::LaunchTemplateInstanceMetadataOptionsRequest::builder()
-                .http_endpoint(ec2::LaunchTemplateInstanceMetadataEndpointState::from(
-                    md.http_endpoint.as_deref().unwrap_or("enabled"),
-                ))
-                .http_protocol_ipv6(ec2::LaunchTemplateInstanceMetadataProtocolIpv6::from(
-                    md.http_protocol_ipv6.as_deref().unwrap_or("disabled"),
-                ))
-                .http_put_response_hop_limit(md.http_put_response_hop_limit.unwrap_or(1))
-                .http_tokens(ec2::LaunchTemplateHttpTokensState::from(md.http_tokens.as_deref().unwrap_or("required")))
-                .build(),
-        );
-        Ok(d.build())
     }
 
     fn launch_tags(&self, claim: &NodeClaim, class: &EC2NodeClass) -> Vec<ec2::Tag> {
@@ -1346,9 +1220,10 @@ impl CloudProvider for AwsProvider {
         for o in &overrides {
             by_ami.entry(o.ami.id.as_str()).or_default().push(o);
         }
+        let user_data = self.user_data(&class, claim, capacity_type).await?;
         let mut configs: Vec<(String, Vec<&Override>)> = Vec::with_capacity(by_ami.len());
         for ovs in by_ami.into_values() {
-            let lt = self.ensure_launch_template(&class, &status, &ovs[0].ami).await?;
+            let lt = self.ensure_launch_template(&class, &status, &ovs[0].ami, &user_data).await?;
             configs.push((lt, ovs));
         }
         let tags = self.launch_tags(claim, &class);
@@ -1738,7 +1613,13 @@ mod tests {
                         [Offering::new(*z, CapacityType::OnDemand, od), Offering::new(*z, CapacityType::Spot, od / 2.0)]
                     })
                     .collect();
-                catalog::instance_type(&shape(&format!("t{i:03}.large"), 2, 0), 20, offerings)
+                catalog::instance_type(
+                    &shape(&format!("t{i:03}.large"), 2, 0),
+                    20,
+                    &Kubelet::default(),
+                    AmiFamily::Al2023,
+                    offerings,
+                )
             })
             .collect();
         let claim = NodeClaim::new("c", NodeClaimSpec::default());
@@ -1785,8 +1666,14 @@ mod tests {
         let p = provider();
         let offerings = vec![Offering::new("a", CapacityType::OnDemand, 1.0)];
         let types = vec![
-            catalog::instance_type(&shape("g6.xlarge", 4, 1), 20, offerings.clone()),
-            catalog::instance_type(&shape("m6i.xlarge", 4, 0), 20, offerings),
+            catalog::instance_type(
+                &shape("g6.xlarge", 4, 1),
+                20,
+                &Kubelet::default(),
+                AmiFamily::Al2023,
+                offerings.clone(),
+            ),
+            catalog::instance_type(&shape("m6i.xlarge", 4, 0), 20, &Kubelet::default(), AmiFamily::Al2023, offerings),
         ];
         let claim = NodeClaim::new("c", NodeClaimSpec::default());
         let (_, overrides) = p.plan_overrides(&claim, &LaunchOptions::default(), &types, &status()).unwrap();

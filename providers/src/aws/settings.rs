@@ -40,6 +40,12 @@ pub struct AwsSettings {
     pub price_refresh: Duration,
     /// The root volume size in GiB when the NodeClass does not say (ephemeral storage capacity).
     pub default_root_volume_gib: i64,
+    /// The API server URL nodes join; `None` asks EKS `DescribeCluster`.
+    pub cluster_endpoint: Option<String>,
+    /// The cluster CA bundle (base64 PEM); `None` asks EKS `DescribeCluster`.
+    pub cluster_ca_bundle: Option<String>,
+    /// The service CIDR; `None` asks EKS `DescribeCluster`.
+    pub cluster_service_cidr: Option<String>,
 }
 
 impl AwsSettings {
@@ -63,6 +69,9 @@ impl AwsSettings {
             on_demand_price_file: None,
             price_refresh: Duration::from_secs(12 * 3600),
             default_root_volume_gib: 20,
+            cluster_endpoint: None,
+            cluster_ca_bundle: None,
+            cluster_service_cidr: None,
         }
     }
 }

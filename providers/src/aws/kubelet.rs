@@ -1,0 +1,317 @@
+//! `EC2NodeClass.spec.kubelet`: the kubelet configuration of the class's nodes, and what it does to each
+//! instance type's allocatable.
+//!
+//! As in Karpenter's AWS provider the field is an open map of the upstream `KubeletConfiguration`: every
+//! field reaches the node (inline in AL2023's `NodeConfig`; as flags or settings for AL2 and Bottlerocket
+//! where the image has one), and the fields scheduling depends on are read here — `maxPods`,
+//! `podsPerCore`, `kubeReserved`, `systemReserved`, `evictionHard`, `clusterDNS` — so that the allocatable
+//! the scheduler plans with is the one the kubelet will report. [`Kubelet::parse`] rejects a value of the
+//! wrong type or a quantity that is not one, naming the field.
+
+use std::collections::BTreeMap;
+
+use serde_json::{Map, Value};
+use tenon_core::cloud::Overhead;
+use tenon_core::resources::{ResourceName, Resources};
+
+use super::catalog::{self, Shape};
+
+/// The kubelet's hard-eviction signal on memory.
+pub const MEMORY_AVAILABLE: &str = "memory.available";
+/// The kubelet's hard-eviction signal on the root filesystem.
+pub const NODEFS_AVAILABLE: &str = "nodefs.available";
+
+const MIB: i64 = 1 << 20;
+const GIB: i64 = 1 << 30;
+
+/// The AMI families, each with its bootstrap and its defaults.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum AmiFamily {
+    /// Amazon Linux 2023: `nodeadm` reads a `NodeConfig`.
+    Al2023,
+    /// Amazon Linux 2: `/etc/eks/bootstrap.sh`.
+    Al2,
+    /// Bottlerocket: TOML settings.
+    Bottlerocket,
+    /// The user's image and user data, untouched.
+    Custom,
+}
+
+impl AmiFamily {
+    /// The family named as Karpenter's `amiFamily` field and aliases name it (`AL2023`, `al2023`, …).
+    pub fn parse(name: &str) -> Option<Self> {
+        match name.to_ascii_lowercase().as_str() {
+            "al2023" => Some(Self::Al2023),
+            "al2" => Some(Self::Al2),
+            "bottlerocket" => Some(Self::Bottlerocket),
+            "custom" => Some(Self::Custom),
+            _ => None,
+        }
+    }
+
+    /// The name in `amiFamily`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Al2023 => "AL2023",
+            Self::Al2 => "AL2",
+            Self::Bottlerocket => "Bottlerocket",
+            Self::Custom => "Custom",
+        }
+    }
+
+    /// Whether kube-reserved memory follows the ENI-limited pod count whatever `maxPods` says (the EKS
+    /// images' formula; Bottlerocket reserves for the pods it runs).
+    fn eni_limited_memory_overhead(self) -> bool {
+        !matches!(self, Self::Bottlerocket)
+    }
+
+    /// Whether `podsPerCore` is honoured (Bottlerocket has no such setting).
+    fn pods_per_core(self) -> bool {
+        !matches!(self, Self::Bottlerocket)
+    }
+}
+
+/// The fields of `spec.kubelet` scheduling reads, parsed, beside the whole map (passed through).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Kubelet {
+    /// The map as written.
+    pub raw: Map<String, Value>,
+    /// `maxPods`.
+    pub max_pods: Option<i64>,
+    /// `podsPerCore`.
+    pub pods_per_core: Option<i64>,
+    /// `kubeReserved`, as written (`cpu: 200m`).
+    pub kube_reserved: BTreeMap<String, String>,
+    /// `systemReserved`, as written.
+    pub system_reserved: BTreeMap<String, String>,
+    /// `evictionHard` (`memory.available: 5%`).
+    pub eviction_hard: BTreeMap<String, String>,
+    /// `evictionSoft`.
+    pub eviction_soft: BTreeMap<String, String>,
+    /// `evictionSoftGracePeriod` (`memory.available: 1m30s`).
+    pub eviction_soft_grace_period: BTreeMap<String, String>,
+    /// `evictionMaxPodGracePeriod`, in seconds.
+    pub eviction_max_pod_grace_period: Option<i64>,
+    /// `clusterDNS`.
+    pub cluster_dns: Vec<String>,
+    /// `imageGCHighThresholdPercent`.
+    pub image_gc_high_threshold_percent: Option<i64>,
+    /// `imageGCLowThresholdPercent`.
+    pub image_gc_low_threshold_percent: Option<i64>,
+    /// `cpuCFSQuota`.
+    pub cpu_cfs_quota: Option<bool>,
+}
+
+impl Kubelet {
+    /// Reads `spec.kubelet`; an error names the field (`spec.kubelet.maxPods`) and says what is wrong.
+    pub fn parse(raw: Option<&Map<String, Value>>) -> Result<Self, String> {
+        let Some(raw) = raw else { return Ok(Self::default()) };
+        let field = |k: &str| format!("spec.kubelet.{k}");
+        let int = |k: &str| -> Result<Option<i64>, String> {
+            match raw.get(k) {
+                None | Some(Value::Null) => Ok(None),
+                Some(Value::Number(n)) => match n.as_i64() {
+                    Some(v) if v >= 0 => Ok(Some(v)),
+                    _ => Err(format!("{}: {n} is not a non-negative integer", field(k))),
+                },
+                Some(v) => Err(format!("{}: expected an integer, got {v}", field(k))),
+            }
+        };
+        let strings = |k: &str| -> Result<BTreeMap<String, String>, String> {
+            match raw.get(k) {
+                None | Some(Value::Null) => Ok(BTreeMap::new()),
+                Some(Value::Object(m)) => m
+                    .iter()
+                    .map(|(name, v)| match v {
+                        Value::String(s) => Ok((name.clone(), s.clone())),
+                        Value::Number(n) => Ok((name.clone(), n.to_string())),
+                        other => Err(format!("{}.{name}: expected a string, got {other}", field(k))),
+                    })
+                    .collect(),
+                Some(v) => Err(format!("{}: expected a map of strings, got {v}", field(k))),
+            }
+        };
+        let mut out = Self {
+            raw: raw.clone(),
+            max_pods: int("maxPods")?,
+            pods_per_core: int("podsPerCore")?,
+            kube_reserved: strings("kubeReserved")?,
+            system_reserved: strings("systemReserved")?,
+            eviction_hard: strings("evictionHard")?,
+            eviction_soft: strings("evictionSoft")?,
+            eviction_soft_grace_period: strings("evictionSoftGracePeriod")?,
+            eviction_max_pod_grace_period: int("evictionMaxPodGracePeriod")?,
+            cluster_dns: Vec::new(),
+            image_gc_high_threshold_percent: int("imageGCHighThresholdPercent")?,
+            image_gc_low_threshold_percent: int("imageGCLowThresholdPercent")?,
+            cpu_cfs_quota: match raw.get("cpuCFSQuota") {
+                None | Some(Value::Null) => None,
+                Some(Value::Bool(b)) => Some(*b),
+                Some(v) => return Err(format!("{}: expected true or false, got {v}", field("cpuCFSQuota"))),
+            },
+        };
+        match raw.get("clusterDNS") {
+            None | Some(Value::Null) => {}
+            Some(Value::Array(a)) => {
+                for (i, v) in a.iter().enumerate() {
+                    let Value::String(ip) = v else {
+                        return Err(format!("{}[{i}]: expected an IP address, got {v}", field("clusterDNS")));
+                    };
+                    if ip.parse::<std::net::IpAddr>().is_err() {
+                        return Err(format!("{}[{i}]: {ip:?} is not an IP address", field("clusterDNS")));
+                    }
+                    out.cluster_dns.push(ip.clone());
+                }
+            }
+            Some(v) => return Err(format!("{}: expected a list of IP addresses, got {v}", field("clusterDNS"))),
+        }
+        for (k, map) in [("kubeReserved", &out.kube_reserved), ("systemReserved", &out.system_reserved)] {
+            for (name, q) in map {
+                Resources::parse_quantity(name, q).map_err(|e| format!("{}.{name}: {e}", field(k)))?;
+            }
+        }
+        for (name, v) in &out.eviction_hard {
+            signal_value(v, 1).map_err(|e| format!("{}.{name}: {e}", field("evictionHard")))?;
+        }
+        if let (Some(high), Some(low)) = (out.image_gc_high_threshold_percent, out.image_gc_low_threshold_percent)
+            && low > high
+        {
+            return Err(format!(
+                "{}: {low} is above imageGCHighThresholdPercent {high}",
+                field("imageGCLowThresholdPercent")
+            ));
+        }
+        Ok(out)
+    }
+
+    /// The pods a node of `shape` runs: `maxPods`, else the ENI-limited count (the VPC CNI's), capped at
+    /// `podsPerCore` × vCPUs where the family honours it.
+    pub fn pods(&self, shape: &Shape, family: AmiFamily) -> i64 {
+        let mut pods = self.max_pods.unwrap_or_else(|| catalog::max_pods(shape.max_enis, shape.ipv4_per_eni));
+        if let Some(per_core) = self.pods_per_core.filter(|p| *p > 0 && family.pods_per_core()) {
+            pods = pods.min(per_core * shape.vcpu);
+        }
+        pods
+    }
+
+    /// What the kubelet holds back on a node of `shape` with `root_gib` of root volume, as Karpenter
+    /// computes it: the EKS kube-reserved formulas unless `kubeReserved` names a resource,
+    /// `systemReserved`, and the hard-eviction thresholds (memory 100Mi and nodefs 10% unless
+    /// `evictionHard` says otherwise; `evictionSoft` reserves nothing). Quantities were checked by
+    /// [`Kubelet::parse`].
+    pub fn overhead(&self, shape: &Shape, family: AmiFamily, root_gib: i64) -> Overhead {
+        let pods = if family.eni_limited_memory_overhead() {
+            catalog::max_pods(shape.max_enis, shape.ipv4_per_eni)
+        } else {
+            self.pods(shape, family)
+        };
+        let mut kube_reserved = Resources::cpu_memory(
+            catalog::kube_reserved_cpu_millis(shape.vcpu),
+            catalog::kube_reserved_memory_mib(pods) * MIB,
+        )
+        .with(ResourceName::EPHEMERAL_STORAGE, GIB);
+        apply(&mut kube_reserved, &self.kube_reserved);
+        let mut system_reserved = Resources::ZERO;
+        apply(&mut system_reserved, &self.system_reserved);
+        let memory = shape.memory_mib * MIB;
+        let storage = root_gib * GIB;
+        let mut eviction = Resources::cpu_memory(0, 100 * MIB).with(ResourceName::EPHEMERAL_STORAGE, storage / 10);
+        if let Some(v) = self.eviction_hard.get(MEMORY_AVAILABLE).and_then(|v| signal_value(v, memory).ok()) {
+            eviction.set(ResourceName::MEMORY, v);
+        }
+        if let Some(v) = self.eviction_hard.get(NODEFS_AVAILABLE).and_then(|v| signal_value(v, storage).ok()) {
+            eviction.set(ResourceName::EPHEMERAL_STORAGE, v);
+        }
+        Overhead { kube_reserved, system_reserved, eviction_threshold: eviction }
+    }
+}
+
+fn apply(into: &mut Resources, quantities: &BTreeMap<String, String>) {
+    for (name, q) in quantities {
+        if let Ok((slot, v)) = Resources::parse_quantity(name, q) {
+            into.set(slot, v);
+        }
+    }
+}
+
+/// An eviction signal's value against `capacity`: a percentage of it (rounded up), or a quantity.
+fn signal_value(value: &str, capacity: i64) -> Result<i64, String> {
+    if let Some(p) = value.strip_suffix('%') {
+        let p: f64 = p.trim().parse().map_err(|_| format!("{value:?} is not a percentage"))?;
+        if !(0.0..=100.0).contains(&p) {
+            return Err(format!("{value:?} is not between 0% and 100%"));
+        }
+        return Ok((capacity as f64 / 100.0 * p).ceil() as i64);
+    }
+    Resources::parse_quantity("memory", value).map(|(_, v)| v).map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn shape() -> Shape {
+        Shape {
+            name: "m5.xlarge".into(),
+            vcpu: 4,
+            memory_mib: 16384,
+            architectures: vec!["amd64".into()],
+            gpus: Vec::new(),
+            max_enis: 4,
+            ipv4_per_eni: 15,
+            hypervisor: "nitro".into(),
+            bare_metal: false,
+        }
+    }
+
+    fn parse(v: Value) -> Result<Kubelet, String> {
+        Kubelet::parse(v.as_object())
+    }
+
+    #[test]
+    fn defaults_are_the_eks_formulas() {
+        let k = parse(json!({})).unwrap();
+        assert_eq!(k.pods(&shape(), AmiFamily::Al2023), 58);
+        let o = k.overhead(&shape(), AmiFamily::Al2023, 20);
+        assert_eq!(o.kube_reserved, Resources::cpu_memory(80, 893 * MIB).with(ResourceName::EPHEMERAL_STORAGE, GIB));
+        assert_eq!(o.eviction_threshold.get(ResourceName::MEMORY), 100 * MIB);
+        assert_eq!(o.eviction_threshold.get(ResourceName::EPHEMERAL_STORAGE), 2 * GIB);
+    }
+
+    #[test]
+    fn kubelet_settings_change_pods_reservations_and_eviction() {
+        let k = parse(json!({"maxPods": 110, "podsPerCore": 10, "kubeReserved": {"cpu": "200m"},
+            "systemReserved": {"memory": "1Gi"}, "evictionHard": {"memory.available": "5%", "nodefs.available": "2Gi"}}))
+        .unwrap();
+        assert_eq!(k.pods(&shape(), AmiFamily::Al2023), 40, "podsPerCore caps maxPods");
+        assert_eq!(k.pods(&shape(), AmiFamily::Bottlerocket), 110, "Bottlerocket has no podsPerCore");
+        let o = k.overhead(&shape(), AmiFamily::Al2023, 20);
+        assert_eq!(o.kube_reserved.get(ResourceName::CPU), 200);
+        assert_eq!(o.kube_reserved.get(ResourceName::MEMORY), 893 * MIB, "AL2023 reserves for the ENI-limited pods");
+        assert_eq!(o.system_reserved.get(ResourceName::MEMORY), GIB);
+        assert_eq!(o.eviction_threshold.get(ResourceName::MEMORY), 858_993_460, "5% of 16Gi, rounded up");
+        assert_eq!(o.eviction_threshold.get(ResourceName::EPHEMERAL_STORAGE), 2 * GIB);
+        let bottlerocket = k.overhead(&shape(), AmiFamily::Bottlerocket, 20);
+        assert_eq!(bottlerocket.kube_reserved.get(ResourceName::MEMORY), (11 * 110 + 255) * MIB);
+    }
+
+    #[test]
+    fn bad_values_name_the_field() {
+        for (v, field) in [
+            (json!({"maxPods": "many"}), "spec.kubelet.maxPods"),
+            (json!({"maxPods": -1}), "spec.kubelet.maxPods"),
+            (json!({"kubeReserved": {"cpu": "lots"}}), "spec.kubelet.kubeReserved.cpu"),
+            (json!({"evictionHard": {"memory.available": "120%"}}), "spec.kubelet.evictionHard.memory.available"),
+            (json!({"clusterDNS": ["10.100.0.10", "dns"]}), "spec.kubelet.clusterDNS[1]"),
+            (json!({"cpuCFSQuota": "yes"}), "spec.kubelet.cpuCFSQuota"),
+            (
+                json!({"imageGCHighThresholdPercent": 50, "imageGCLowThresholdPercent": 80}),
+                "spec.kubelet.imageGCLowThresholdPercent",
+            ),
+        ] {
+            let err = parse(v.clone()).unwrap_err();
+            assert!(err.starts_with(field), "{v}: {err}");
+        }
+    }
+}

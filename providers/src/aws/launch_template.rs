@@ -1,0 +1,275 @@
+//! Launch templates: one per (class, AMI, user data), named after a hash of what they hold, tagged to
+//! the cluster and class; and the user data that joins their instances to the cluster
+//! ([`super::bootstrap`]), from the cluster's facts (settings, else EKS `DescribeCluster`).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use aws_sdk_ec2::error::ProvideErrorMetadata;
+use aws_sdk_ec2::types as ec2;
+use k8s_openapi::api::core::v1::Taint;
+use tenon_core::api::{NodeClaim, labels};
+use tenon_core::cloud::{CapacityType, CloudError};
+
+use super::bootstrap::{self, ClusterInfo};
+use super::kubelet::AmiFamily;
+use super::nodeclass::{EC2NodeClass, EC2NodeClassStatus, ResolvedAmi};
+use super::provider::{AwsProvider, TAG_NODE_CLASS, filter, sdk_error, tag};
+
+impl AwsProvider {
+    /// What nodes need of the cluster: the settings' endpoint, CA bundle and service CIDR, with what they
+    /// leave out read once from EKS `DescribeCluster`. An error says what is missing and how to give it.
+    pub(super) async fn cluster_info(&self) -> Result<Arc<ClusterInfo>, CloudError> {
+        if let Some(c) = self.state().cluster.clone() {
+            return Ok(c);
+        }
+        let s = &self.settings;
+        let mut info = ClusterInfo {
+            name: s.cluster_name.clone(),
+            endpoint: s.cluster_endpoint.clone().unwrap_or_default(),
+            ca_bundle: s.cluster_ca_bundle.clone(),
+            service_cidr: s.cluster_service_cidr.clone(),
+        };
+        if info.endpoint.is_empty() || info.ca_bundle.is_none() || info.service_cidr.is_none() {
+            let described = self.eks.describe_cluster().name(&s.cluster_name).send().await.map_err(|e| {
+                let e = aws_sdk_eks::error::DisplayErrorContext(e);
+                CloudError::NodeClassNotReady(format!(
+                    "the cluster's endpoint, CA bundle or service CIDR is not set (CLUSTER_ENDPOINT, \
+                     CLUSTER_CA_BUNDLE, CLUSTER_SERVICE_CIDR) and EKS DescribeCluster {} failed: {e}",
+                    s.cluster_name
+                ))
+            })?;
+            let cluster = described.cluster();
+            if info.endpoint.is_empty() {
+                info.endpoint = cluster.and_then(|c| c.endpoint()).unwrap_or_default().to_owned();
+            }
+            if info.ca_bundle.is_none() {
+                info.ca_bundle =
+                    cluster.and_then(|c| c.certificate_authority()).and_then(|a| a.data()).map(str::to_owned);
+            }
+            if info.service_cidr.is_none() {
+                let network = cluster.and_then(|c| c.kubernetes_network_config());
+                info.service_cidr =
+                    network.and_then(|n| n.service_ipv4_cidr().or(n.service_ipv6_cidr())).map(str::to_owned);
+            }
+            if info.endpoint.is_empty() {
+                return Err(CloudError::NodeClassNotReady(format!(
+                    "EKS DescribeCluster {} reports no endpoint: set CLUSTER_ENDPOINT",
+                    s.cluster_name
+                )));
+            }
+        }
+        let info = Arc::new(info);
+        self.state().cluster = Some(info.clone());
+        Ok(info)
+    }
+
+    /// The user data of `claim`'s node: the class's family's bootstrap, registering the node with the
+    /// claim's labels (and its capacity type) and its taints, startup taints and
+    /// `karpenter.sh/unregistered:NoExecute`.
+    pub(super) async fn user_data(
+        &self,
+        class: &EC2NodeClass,
+        claim: &NodeClaim,
+        capacity_type: CapacityType,
+    ) -> Result<String, CloudError> {
+        let not_ready = |m: String| CloudError::NodeClassNotReady(format!("EC2NodeClass/{}: {m}", class.name()));
+        let family = class.spec.family().map_err(not_ready)?;
+        if family == AmiFamily::Custom {
+            return Ok(class.spec.user_data.clone().unwrap_or_default());
+        }
+        let kubelet = class.spec.kubelet().map_err(not_ready)?;
+        let raid0 = class.spec.raid0().map_err(not_ready)?;
+        let cluster = self.cluster_info().await?;
+        let mut node_labels: BTreeMap<String, String> = claim.metadata.labels.clone().unwrap_or_default();
+        for r in &claim.spec.requirements {
+            let single = r.operator == tenon_core::api::Operator::In && r.values.len() == 1;
+            if single && !labels::is_well_known(&r.key) && !labels::RESTRICTED_LABELS.contains(&r.key.as_str()) {
+                node_labels.entry(r.key.clone()).or_insert_with(|| r.values[0].clone());
+            }
+        }
+        node_labels.insert(labels::CAPACITY_TYPE.to_owned(), capacity_type.as_str().to_owned());
+        let mut taints: Vec<Taint> = claim.spec.taints.iter().chain(&claim.spec.startup_taints).cloned().collect();
+        if !taints.iter().any(|t| t.key == labels::UNREGISTERED_TAINT) {
+            taints.push(Taint {
+                key: labels::UNREGISTERED_TAINT.to_owned(),
+                value: None,
+                effect: "NoExecute".to_owned(),
+                time_added: None,
+            });
+        }
+        let options = bootstrap::Options {
+            cluster: &cluster,
+            kubelet: &kubelet,
+            labels: &node_labels,
+            taints: &taints,
+            custom: class.spec.user_data.as_deref(),
+            raid0,
+        };
+        bootstrap::user_data(family, &options).map_err(not_ready)
+    }
+
+    /// Deletes the launch templates this cluster made for node class `class`, except those whose name
+    /// starts with one of `keep` ([`AwsProvider::launch_template_prefix`]).
+    pub(super) async fn delete_launch_templates(&self, class: &str, keep: &BTreeSet<String>) -> Result<(), CloudError> {
+        let mut pages = self
+            .ec2
+            .describe_launch_templates()
+            .filters(filter(&format!("tag:{}", self.cluster_tag()), ["owned"]))
+            .filters(filter(&format!("tag:{TAG_NODE_CLASS}"), [class]))
+            .into_paginator()
+            .send();
+        let mut stale = Vec::new();
+        while let Some(page) = pages.next().await {
+            let resp = page.map_err(|e| sdk_error("DescribeLaunchTemplates", e))?;
+            stale.extend(
+                resp.launch_templates()
+                    .iter()
+                    .filter_map(|t| t.launch_template_name())
+                    .filter(|n| !keep.iter().any(|k| n.starts_with(k.as_str())))
+                    .map(str::to_owned),
+            );
+        }
+        for name in &stale {
+            self.state().templates.remove(name);
+            match self.ec2.delete_launch_template().launch_template_name(name).send().await {
+                Ok(_) => {
+                    tracing::info!(launch_template = %name, node_class = class, "deleted an unused launch template")
+                }
+                Err(e) if e.code().is_some_and(|c| c.starts_with("InvalidLaunchTemplateName.NotFound")) => {}
+                Err(e) => return Err(sdk_error(&format!("DeleteLaunchTemplate {name}"), e)),
+            }
+        }
+        Ok(())
+    }
+
+    /// The start of the names of the launch templates for (NodeClass spec, AMI, security groups, instance
+    /// profile): each user data those boot with has its own template under it.
+    pub(super) fn launch_template_prefix(
+        &self,
+        class: &EC2NodeClass,
+        status: &EC2NodeClassStatus,
+        ami: &ResolvedAmi,
+    ) -> String {
+        let sgs: Vec<&str> = status.security_groups.iter().map(|g| g.id.as_str()).collect();
+        let key = serde_json::json!({
+            "cluster": self.settings.cluster_name, "class": class.name(), "hash": class.static_hash(),
+            "ami": ami.id, "sgs": sgs, "profile": status.instance_profile,
+        });
+        format!("tenon/{}/{}/", self.settings.cluster_name, tenon_core::api::stable_hash(&key))
+    }
+
+    /// The name of the launch template for (NodeClass spec, AMI, security groups, instance profile, user
+    /// data).
+    fn launch_template_name(
+        &self,
+        class: &EC2NodeClass,
+        status: &EC2NodeClassStatus,
+        ami: &ResolvedAmi,
+        user_data: &str,
+    ) -> String {
+        let data = tenon_core::api::stable_hash(&serde_json::Value::String(user_data.to_owned()));
+        format!("{}{data}", self.launch_template_prefix(class, status, ami))
+    }
+
+    /// The launch template for (NodeClass, AMI, user data, security groups), created when missing.
+    pub(super) async fn ensure_launch_template(
+        &self,
+        class: &EC2NodeClass,
+        status: &EC2NodeClassStatus,
+        ami: &ResolvedAmi,
+        user_data: &str,
+    ) -> Result<String, CloudError> {
+        let name = self.launch_template_name(class, status, ami, user_data);
+        if self.state().templates.contains(&name) {
+            return Ok(name);
+        }
+        let found = self.ec2.describe_launch_templates().launch_template_names(&name).send().await;
+        let exists = match found {
+            Ok(r) => !r.launch_templates().is_empty(),
+            Err(e) if e.code().is_some_and(|c| c.starts_with("InvalidLaunchTemplateName.NotFound")) => false,
+            Err(e) => return Err(sdk_error("DescribeLaunchTemplates", e)),
+        };
+        if !exists {
+            let data = self.launch_template_data(class, status, ami, user_data)?;
+            let mut tags = ec2::TagSpecification::builder()
+                .resource_type(ec2::ResourceType::LaunchTemplate)
+                .tags(tag(&self.cluster_tag(), "owned"))
+                .tags(tag(TAG_NODE_CLASS, class.name()));
+            for (k, v) in &class.spec.tags {
+                tags = tags.tags(tag(k, v));
+            }
+            match self
+                .ec2
+                .create_launch_template()
+                .launch_template_name(&name)
+                .launch_template_data(data)
+                .tag_specifications(tags.build())
+                .send()
+                .await
+            {
+                Ok(_) => {}
+                Err(e) if e.code().is_some_and(|c| c.contains("AlreadyExists")) => {}
+                Err(e) => return Err(sdk_error(&format!("CreateLaunchTemplate {name}"), e)),
+            }
+        }
+        self.state().templates.insert(name.clone());
+        Ok(name)
+    }
+
+    fn launch_template_data(
+        &self,
+        class: &EC2NodeClass,
+        status: &EC2NodeClassStatus,
+        ami: &ResolvedAmi,
+        user_data: &str,
+    ) -> Result<ec2::RequestLaunchTemplateData, CloudError> {
+        let s = &class.spec;
+        let mut d = ec2::RequestLaunchTemplateData::builder().image_id(&ami.id);
+        for g in &status.security_groups {
+            d = d.security_group_ids(&g.id);
+        }
+        if !user_data.is_empty() {
+            d = d.user_data(aws_smithy_types::base64::encode(user_data.as_bytes()));
+        }
+        if let Some(p) = &status.instance_profile {
+            d = d.iam_instance_profile(
+                ec2::LaunchTemplateIamInstanceProfileSpecificationRequest::builder().name(p).build(),
+            );
+        }
+        for b in &s.block_device_mappings {
+            let mut m = ec2::LaunchTemplateBlockDeviceMappingRequest::builder().device_name(&b.device_name);
+            if let Some(e) = &b.ebs {
+                let size = e
+                    .size_gib()
+                    .map_err(|m| CloudError::NodeClassNotReady(format!("EC2NodeClass/{}: {m}", class.name())))?;
+                let ebs = ec2::LaunchTemplateEbsBlockDeviceRequest::builder()
+                    .set_volume_size(size)
+                    .set_volume_type(e.volume_type.as_deref().map(ec2::VolumeType::from))
+                    .set_iops(e.iops)
+                    .set_throughput(e.throughput)
+                    .set_encrypted(e.encrypted)
+                    .set_kms_key_id(e.kms_key_id.clone())
+                    .set_snapshot_id(e.snapshot_id.clone())
+                    .delete_on_termination(e.delete_on_termination.unwrap_or(true))
+                    .build();
+                m = m.ebs(ebs);
+            }
+            d = d.block_device_mappings(m.build());
+        }
+        let md = s.metadata_options.clone().unwrap_or_default();
+        d = d.metadata_options(
+            ec2::LaunchTemplateInstanceMetadataOptionsRequest::builder()
+                .http_endpoint(ec2::LaunchTemplateInstanceMetadataEndpointState::from(
+                    md.http_endpoint.as_deref().unwrap_or("enabled"),
+                ))
+                .http_protocol_ipv6(ec2::LaunchTemplateInstanceMetadataProtocolIpv6::from(
+                    md.http_protocol_ipv6.as_deref().unwrap_or("disabled"),
+                ))
+                .http_put_response_hop_limit(md.http_put_response_hop_limit.unwrap_or(1))
+                .http_tokens(ec2::LaunchTemplateHttpTokensState::from(md.http_tokens.as_deref().unwrap_or("required")))
+                .build(),
+        );
+        Ok(d.build())
+    }
+}
