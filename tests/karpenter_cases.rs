@@ -947,8 +947,6 @@ mod topology {
     }
 
     #[test]
-    #[ignore = "differs from Karpenter: the tainted nodes' foo and bar stay domains, so one pod lands in baz and four \
-                stay pending"]
     fn should_balance_pods_across_a_label_node_taints_policy_honor() {
         spreads("spread-taints-policy-honor.yaml", Domain::Label("fake-label"), &[5]);
     }
@@ -959,16 +957,11 @@ mod topology {
     }
 
     #[test]
-    #[ignore = "differs from Karpenter: the tainted pool's bar stays a domain, so one pod lands in foo and the other \
-                stays pending"]
     fn should_balance_pods_across_a_label_when_discovered_from_the_nodepool_node_taints_policy_honor() {
         spreads("spread-taints-policy-honor-pool-domains.yaml", Domain::Label("fake-label"), &[2]);
     }
 
     #[test]
-    #[ignore = "differs from Karpenter: a pool's several values of fake-label are no domains until a pod lands in one, \
-                and each spread counts the pods of the other pool's nodes, so four pods land in baz and two in bar \
-                (foo none)"]
     fn should_balance_pods_across_a_label_when_mutually_exclusive_nodepools_by_taints_share_domains_node_taints_policy_honor()
      {
         spreads("spread-taints-policy-honor-exclusive-pools.yaml", Domain::Label("fake-label"), &[3, 2, 1]);
@@ -980,8 +973,6 @@ mod topology {
     }
 
     #[test]
-    #[ignore = "differs from Karpenter: the nodes the pods' node selector rules out keep foo and bar as domains, so \
-                one pod lands in baz and four stay pending"]
     fn should_balance_pods_across_a_label_node_affinity_policy_honor() {
         spreads("spread-affinity-policy-honor.yaml", Domain::Label("fake-label"), &[5]);
     }
@@ -1096,8 +1087,6 @@ mod topology {
     }
 
     #[test]
-    #[ignore = "differs from Karpenter: the preferred zones narrow the spread's domains to test-zone-1 and \
-                test-zone-2, so the pods split three and three and test-zone-3 stays empty"]
     fn should_not_limit_spread_options_by_preferred_node_affinity() {
         spreads("zonal-preferred-affinity.yaml", Domain::Zone, &[2, 2, 2]);
     }

@@ -106,9 +106,10 @@ pub struct TopologyTerm {
     pub max_skew: i32,
     /// Spread: below this many domains the global minimum is taken as zero.
     pub min_domains: Option<i32>,
-    /// Spread: whether only domains compatible with the pod's node requirements count (`Honor`, the
-    /// default) or all of them (`Ignore`).
-    pub honor_node_affinity: bool,
+    /// Spread with `nodeAffinityPolicy: Honor` (the default): the pod's node requirement alternatives
+    /// (its nodeSelector ∩ each required node-affinity term); only nodes and claims compatible with one of
+    /// them count and give domains. `None`: every node counts (`Ignore`, and affinity terms).
+    pub node_filter: Option<Vec<Requirements>>,
     /// Spread with `nodeTaintsPolicy: Honor`: the pod's tolerations (as JSON, so equal constraints share a
     /// group); pods on nodes whose taints they do not tolerate are not counted.
     pub honor_taints: Option<String>,
@@ -280,7 +281,7 @@ fn affinity_term(kind: TopologyKind, namespace: &str, t: &PodAffinityTerm) -> To
         namespace_selector,
         max_skew: 1,
         min_domains: None,
-        honor_node_affinity: true,
+        node_filter: None,
         honor_taints: None,
     }
 }
@@ -290,6 +291,7 @@ fn spread_term(
     c: &TopologySpreadConstraint,
     tolerations: &[Toleration],
     pod_labels: &BTreeMap<String, String>,
+    node_alternatives: &[Requirements],
 ) -> TopologyTerm {
     // `matchLabelKeys`: the pod's own values of those keys narrow the selector (a key it lacks is
     // ignored), so each revision of a Deployment spreads on its own.
@@ -311,7 +313,7 @@ fn spread_term(
         namespace_selector: None,
         max_skew: c.max_skew.max(1),
         min_domains: c.min_domains,
-        honor_node_affinity: c.node_affinity_policy.as_deref() != Some("Ignore"),
+        node_filter: (c.node_affinity_policy.as_deref() != Some("Ignore")).then(|| node_alternatives.to_vec()),
         honor_taints: (c.node_taints_policy.as_deref() == Some("Honor"))
             .then(|| serde_json::to_string(tolerations).unwrap_or_default()),
     }
@@ -379,11 +381,24 @@ impl PodInfo {
         let mut soft_spreads = Vec::new();
         let tolerations = spec.tolerations.clone().unwrap_or_default();
         let pod_labels = pod.metadata.labels.clone().unwrap_or_default();
+        let node_alternatives: Vec<Requirements> = if required_terms.is_empty() {
+            vec![node_selector.clone()]
+        } else {
+            required_terms
+                .iter()
+                .map(|t| {
+                    let mut r = node_selector.clone();
+                    r.add_all(t);
+                    r
+                })
+                .collect()
+        };
         for c in spec.topology_spread_constraints.iter().flatten() {
+            let term = spread_term(&namespace, c, &tolerations, &pod_labels, &node_alternatives);
             if c.when_unsatisfiable == "ScheduleAnyway" {
-                soft_spreads.push(spread_term(&namespace, c, &tolerations, &pod_labels));
+                soft_spreads.push(term);
             } else {
-                topology.push(spread_term(&namespace, c, &tolerations, &pod_labels));
+                topology.push(term);
             }
         }
         let pod_affinity = spec.affinity.as_ref().and_then(|a| a.pod_affinity.as_ref());
@@ -494,6 +509,9 @@ pub struct Constraints {
     /// Node requirements: nodeSelector ∩ the first remaining required term ∩ the heaviest remaining
     /// preferred term.
     pub requirements: Requirements,
+    /// The same without the preferred term: what topology weighs domains against, as Karpenter's
+    /// `StrictRequirements` (a preference must not hide a domain from a spread's minimum).
+    pub strict: Requirements,
     /// Topology constraints in force.
     pub topology: Vec<TopologyTerm>,
     /// Whether `PreferNoSchedule` taints are tolerated.
@@ -507,6 +525,7 @@ impl Relaxation {
         if let Some(term) = pod.required_terms.get(self.required_terms_dropped) {
             requirements.add_all(term);
         }
+        let strict = requirements.clone();
         if let Some((_, term)) = pod.preferred_terms.get(self.preferred_terms_dropped) {
             requirements.add_all(term);
         }
@@ -516,7 +535,7 @@ impl Relaxation {
         topology.extend(
             pod.preferred_anti_affinity.iter().skip(self.preferred_anti_affinity_dropped).map(|(_, t)| t.clone()),
         );
-        Constraints { requirements, topology, tolerate_prefer_no_schedule: self.tolerate_prefer_no_schedule }
+        Constraints { requirements, strict, topology, tolerate_prefer_no_schedule: self.tolerate_prefer_no_schedule }
     }
 
     /// Relaxes one more preference, in order: an OR term of required node affinity, the heaviest preferred

@@ -11,7 +11,7 @@ use super::daemon::{DaemonPod, daemon_overhead};
 use super::pod::{Constraints, HostPort, PodInfo, Relaxation, TopologyKind};
 use super::requirements::{Requirement, Requirements};
 use super::taints;
-use super::topology::{BoundNode, Domain, DomainFilter, Landed, Topology};
+use super::topology::{BoundNode, Domain, DomainFilter, Landed, PoolDomains, Topology, offer_domain};
 use crate::api::{NodePool, labels};
 use crate::cloud::{CapacityType, InstanceType, Offering};
 use crate::resources::{ResourceName, Resources, format_quantity};
@@ -256,21 +256,6 @@ struct Claim {
     price: Option<f64>,
 }
 
-/// Records `value` as a domain of `key`, copying the strings only when they are new (most calls repeat a
-/// known pair: every node and instance type of a zone names it).
-fn note_domain(universe: &mut HashMap<String, BTreeSet<String>>, key: &str, value: &str) {
-    match universe.get_mut(key) {
-        Some(values) => {
-            if !values.contains(value) {
-                values.insert(value.to_owned());
-            }
-        }
-        None => {
-            universe.insert(key.to_owned(), BTreeSet::from([value.to_owned()]));
-        }
-    }
-}
-
 /// What does not change about a node during a pass, shared by every simulation.
 #[derive(Debug)]
 struct NodeInfo {
@@ -479,7 +464,7 @@ impl Scheduler {
         daemons: &[DaemonPod],
         options: SchedulerOptions,
     ) -> Self {
-        let mut universe: HashMap<String, BTreeSet<String>> = HashMap::new();
+        let mut universe = PoolDomains::new();
         let mut built = Vec::new();
         let mut ordered = pools;
         ordered.sort_by(|a, b| b.pool.weight().cmp(&a.pool.weight()).then_with(|| a.pool.name().cmp(b.pool.name())));
@@ -488,20 +473,24 @@ impl Scheduler {
             if !options.marginal_cost_packing {
                 pool.packing = Packing::Binpack;
             }
+            // The domains a pool offers, with its taints: its types' labels and their offerings' zones and
+            // capacity types (as the requirements Karpenter derives from them), and every value its own
+            // requirements (template labels included) allow.
+            let taints = Arc::new(pool.taints.clone());
             for t in pool.base.iter() {
                 let te = &pool.types[*t as usize];
-                // An offering's zone and capacity type are domains, as the requirements Karpenter derives
-                // from an instance type's offerings make them.
                 for o in te.it.offerings.iter().filter(|o| offering_ok(o, &pool.reqs)) {
-                    note_domain(&mut universe, labels::ZONE, &o.zone);
-                    note_domain(&mut universe, labels::CAPACITY_TYPE, o.capacity_type.as_str());
+                    offer_domain(&mut universe, labels::ZONE, &o.zone, &taints);
+                    offer_domain(&mut universe, labels::CAPACITY_TYPE, o.capacity_type.as_str(), &taints);
                 }
                 for (k, v) in &te.it.labels {
-                    note_domain(&mut universe, k, v);
+                    offer_domain(&mut universe, k, v, &taints);
                 }
             }
-            for (k, v) in pool.reqs.single_values() {
-                note_domain(&mut universe, k, v);
+            for r in pool.reqs.iter().filter(|r| !r.is_complement()) {
+                for v in r.values() {
+                    offer_domain(&mut universe, r.key(), v, &taints);
+                }
             }
             built.push(pool);
         }
@@ -510,11 +499,6 @@ impl Scheduler {
             .map(|mut n| {
                 if !n.labels.contains_key(labels::HOSTNAME) {
                     n.labels.insert(labels::HOSTNAME.to_owned(), n.name.clone());
-                }
-                for (k, v) in &n.labels {
-                    if k != labels::HOSTNAME {
-                        note_domain(&mut universe, k, v);
-                    }
                 }
                 Node {
                     info: Arc::new(NodeInfo {
@@ -533,16 +517,27 @@ impl Scheduler {
             .collect();
         let prefer_no_schedule = built.iter().any(|p| p.taints.iter().any(|t| t.effect == "PreferNoSchedule"))
             || nodes.iter().any(|n| n.info.taints.iter().any(|t| t.effect == "PreferNoSchedule"));
-        let mut topology = Topology::new(universe);
-        // Each node's labels and taints are copied once, for all of its pods.
-        let mut bound_nodes: HashMap<&str, Arc<BoundNode>> = HashMap::new();
-        let node_info: HashMap<&str, &NodeInfo> = nodes.iter().map(|n| (n.info.name.as_str(), &*n.info)).collect();
+        // Each node's labels and taints are copied once, for all of its pods and every group.
+        let existing: Vec<Arc<BoundNode>> = nodes
+            .iter()
+            .map(|n| {
+                let i = &n.info;
+                Arc::new(BoundNode {
+                    name: i.name.clone(),
+                    labels: i.labels.clone(),
+                    reqs: i.reqs.clone(),
+                    taints: i.taints.clone(),
+                })
+            })
+            .collect();
+        let mut bound_nodes: HashMap<&str, Arc<BoundNode>> =
+            existing.iter().map(|n| (n.name.as_str(), Arc::clone(n))).collect();
+        let mut topology = Topology::new(universe, existing.clone());
         for (pod, node) in &bound {
             let shared = bound_nodes.entry(node.as_str()).or_insert_with(|| {
-                let (mut labels, taints) =
-                    node_info.get(node.as_str()).map(|i| (i.labels.clone(), i.taints.clone())).unwrap_or_default();
-                labels.entry(labels::HOSTNAME.to_owned()).or_insert_with(|| node.clone());
-                Arc::new(BoundNode { name: node.clone(), labels, taints })
+                let labels = BTreeMap::from([(labels::HOSTNAME.to_owned(), node.clone())]);
+                let reqs = Requirements::from_labels(&labels);
+                Arc::new(BoundNode { name: node.clone(), labels, reqs, taints: Vec::new() })
             });
             topology.add_bound(Arc::clone(pod), Arc::clone(shared));
         }
@@ -745,8 +740,15 @@ impl Scheduler {
                 node.host_ports.extend(pod.host_ports.iter().cloned());
                 VolumeRoom::attach(&mut node.volume_room, &pod.volumes);
                 node.pods.push(i);
-                let labels_of = &node.info.labels;
-                self.topology.record(selecting, &groups, &|k| labels_of.get(k).cloned().map(Landed::Named), None);
+                let info = &node.info;
+                self.topology.record(
+                    selecting,
+                    &groups,
+                    &info.taints,
+                    &info.reqs,
+                    &|k| info.labels.get(k).cloned().map(Landed::Named),
+                    None,
+                );
                 return Ok(());
             }
         }
@@ -757,9 +759,7 @@ impl Scheduler {
         let hostname_inverse: Vec<usize> = inverse.iter().copied().filter(|g| self.topology.is_hostname(*g)).collect();
         let domain_filters: Vec<(&str, DomainFilter)> = groups
             .iter()
-            .filter_map(|g| {
-                self.topology.domain_filter(*g, pod, &cons.requirements).map(|f| (self.topology.key(*g), f))
-            })
+            .filter_map(|g| self.topology.domain_filter(*g, pod, &cons.strict).map(|f| (self.topology.key(*g), f)))
             .collect();
         // A constraint that rules out most claims narrows the search to the claims it still allows.
         let narrowest = hostname_groups.iter().copied().find(|g| {
@@ -907,7 +907,7 @@ impl Scheduler {
                 Some(v) => Domain::Fixed(v.as_str()),
                 None => Domain::Missing,
             };
-            return self.topology.check(pod, &cons.requirements, groups, inverse, &domain).is_ok();
+            return self.topology.check(pod, &cons.strict, groups, inverse, &domain).is_ok();
         }
         true
     }
@@ -953,7 +953,7 @@ impl Scheduler {
         };
         if !groups.is_empty() || !inverse.is_empty() {
             let current = reqs.as_ref().unwrap_or(&claim.reqs);
-            let narrowed = self.topology.check(pod, &cons.requirements, groups, inverse, &|k| {
+            let narrowed = self.topology.check(pod, &cons.strict, groups, inverse, &|k| {
                 if k == labels::HOSTNAME { Domain::Claim(index) } else { Domain::Open(current.get(k)) }
             })?;
             if !narrowed.is_empty() {
@@ -1144,9 +1144,12 @@ impl Scheduler {
             }
         }
         let reqs = &self.claims[c].reqs;
+        let taints = &self.pools[self.claims[c].pool].taints;
         self.topology.record(
             selecting,
             groups,
+            taints,
+            reqs,
             &|k| {
                 if k == labels::HOSTNAME {
                     Some(Landed::Claim(c))

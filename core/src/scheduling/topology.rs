@@ -32,6 +32,9 @@ pub(crate) struct Group {
     any_claim_owner: bool,
     /// `nodeTaintsPolicy: Honor`: the tolerations deciding which nodes' pods count.
     tolerations: Option<Vec<Toleration>>,
+    /// The domains the constraint knows, empty or not: those the pools offer (for a spread honouring
+    /// taints, only pools whose taints it tolerates) and those of existing nodes it counts.
+    domains: BTreeSet<String>,
 }
 
 impl Group {
@@ -40,9 +43,13 @@ impl Group {
             && self.term.selector.matches(&pod.labels)
     }
 
-    /// Whether pods on a node with `taints` count for this group.
-    fn counts_node(&self, taints: &[Taint]) -> bool {
+    /// Whether pods on a node with `taints` and requirements `reqs` (its labels, or a claim's
+    /// requirements) count for this group, as Karpenter's `TopologyNodeFilter` decides for a spread: its
+    /// taints tolerated under `nodeTaintsPolicy: Honor`, its labels compatible with one of the pod's node
+    /// requirement alternatives under `nodeAffinityPolicy: Honor`.
+    fn counts_node(&self, taints: &[Taint], reqs: &Requirements) -> bool {
         self.tolerations.as_ref().is_none_or(|t| taints::untolerated(taints, t, true).is_none())
+            && self.term.node_filter.as_ref().is_none_or(|alts| alts.iter().any(|r| reqs.compatible(r, false).is_ok()))
     }
 
     fn count(&self, domain: &str) -> i32 {
@@ -73,13 +80,41 @@ impl DomainFilter {
     }
 }
 
-/// What topology needs of a node running pods: its name, labels (hostname included) and taints, shared
-/// by all its pods.
+/// What topology needs of an existing node: its name, labels (hostname included), the requirements they
+/// make, and its taints, shared by all its pods.
 #[derive(Debug)]
 pub(crate) struct BoundNode {
     pub(crate) name: String,
     pub(crate) labels: BTreeMap<String, String>,
+    pub(crate) reqs: Requirements,
     pub(crate) taints: Vec<Taint>,
+}
+
+/// The domains the pools offer per topology key, each with the taints of the pools offering it (one set
+/// per pool; an untainted pool's empty set stands for all), as Karpenter's `TopologyDomainGroup` keeps them.
+pub(crate) type PoolDomains = HashMap<String, BTreeMap<String, Vec<Arc<Vec<Taint>>>>>;
+
+/// Records that a pool with `taints` offers `domain` of `key`.
+/// Copies the strings only when they are new: most calls repeat a known pair (every instance type of a
+/// zone names it).
+pub(crate) fn offer_domain(domains: &mut PoolDomains, key: &str, domain: &str, taints: &Arc<Vec<Taint>>) {
+    let sets = match domains.get_mut(key) {
+        Some(m) => m,
+        None => domains.entry(key.to_owned()).or_default(),
+    };
+    match sets.get_mut(domain) {
+        None => {
+            sets.insert(domain.to_owned(), vec![Arc::clone(taints)]);
+        }
+        // Every pod may use a domain an untainted pool offers: no other set matters.
+        Some(v) if v.first().is_some_and(|t| t.is_empty()) => {}
+        Some(v) if taints.is_empty() => *v = vec![Arc::clone(taints)],
+        Some(v) => {
+            if !v.iter().any(|t| Arc::ptr_eq(t, taints)) {
+                v.push(Arc::clone(taints));
+            }
+        }
+    }
 }
 
 /// A pod bound to a node.
@@ -119,8 +154,10 @@ pub(crate) enum Domain<'a> {
 pub(crate) struct Topology {
     groups: Vec<Group>,
     index: FxHashMap<TopologyTerm, usize>,
-    /// Known domains per key (zones, custom keys), for spread minimums.
-    universe: HashMap<String, BTreeSet<String>>,
+    /// The domains the pools offer per key, with their pools' taints (shared by clones).
+    universe: Arc<PoolDomains>,
+    /// Every existing node (shared by clones): its domains join the groups that count it.
+    existing: Arc<Vec<Arc<BoundNode>>>,
     /// Bound pods with their node's labels and taints, counted into groups created later (shared by
     /// clones).
     bound: Arc<Vec<Bound>>,
@@ -131,8 +168,15 @@ pub(crate) struct Topology {
 }
 
 impl Topology {
-    pub(crate) fn new(universe: HashMap<String, BTreeSet<String>>) -> Self {
-        Self { universe, ..Self::default() }
+    pub(crate) fn new(universe: PoolDomains, existing: Vec<Arc<BoundNode>>) -> Self {
+        Self { universe: Arc::new(universe), existing: Arc::new(existing), ..Self::default() }
+    }
+
+    /// Every domain of `key` anything offers: the pools' and the existing nodes'.
+    fn all_domains(&self, key: &str) -> BTreeSet<String> {
+        let mut out: BTreeSet<String> = self.universe.get(key).into_iter().flat_map(|m| m.keys().cloned()).collect();
+        out.extend(self.existing.iter().filter_map(|n| n.labels.get(key).cloned()));
+        out
     }
 
     /// Registers a pod already running on `node`.
@@ -140,7 +184,7 @@ impl Topology {
         for g in &mut self.groups {
             if let Some(d) = node.labels.get(&g.term.key)
                 && g.selects(&pod)
-                && g.counts_node(&node.taints)
+                && g.counts_node(&node.taints, &node.reqs)
             {
                 *g.counts.entry(d.clone()).or_default() += 1;
                 g.total += 1;
@@ -167,7 +211,7 @@ impl Topology {
         for b in index.get(node).into_iter().flatten().map(|i| &bound[*i]) {
             for g in &mut self.groups {
                 if let Some(d) = b.node.labels.get(&g.term.key) {
-                    if g.selects(&b.pod) && g.counts_node(&b.node.taints) {
+                    if g.selects(&b.pod) && g.counts_node(&b.node.taints, &b.node.reqs) {
                         if let Some(c) = g.counts.get_mut(d) {
                             *c -= 1;
                         }
@@ -197,7 +241,28 @@ impl Topology {
             total: 0,
             any_claim_owner: false,
             tolerations: term.honor_taints.as_deref().map(|t| serde_json::from_str(t).unwrap_or_default()),
+            domains: BTreeSet::new(),
         };
+        // The domains the group knows: those of the pools it may use (a spread honouring taints skips
+        // pools whose taints it does not tolerate) and those of the existing nodes it counts.
+        let key = term.key.as_str();
+        let spread = term.kind == TopologyKind::Spread;
+        for (d, taint_sets) in self.universe.get(key).into_iter().flatten() {
+            let usable = !spread
+                || g.tolerations
+                    .as_ref()
+                    .is_none_or(|tol| taint_sets.iter().any(|t| taints::untolerated(t, tol, true).is_none()));
+            if usable {
+                g.domains.insert(d.clone());
+            }
+        }
+        for n in self.existing.iter() {
+            if let Some(d) = n.labels.get(key)
+                && (!spread || g.counts_node(&n.taints, &n.reqs))
+            {
+                g.domains.insert(d.clone());
+            }
+        }
         // A node's pods are next to each other in `bound`: what the group needs of the node (is it still
         // here, its domain, do its taints count) is looked up once per node, not once per pod.
         let mut last: Option<(*const BoundNode, Option<&String>)> = None;
@@ -206,11 +271,9 @@ impl Topology {
             let domain = match last {
                 Some((n, d)) if n == node => d,
                 _ => {
-                    let d = b
-                        .node
-                        .labels
-                        .get(&term.key)
-                        .filter(|_| !self.removed.contains(&b.node.name) && g.counts_node(&b.node.taints));
+                    let d = b.node.labels.get(&term.key).filter(|_| {
+                        !self.removed.contains(&b.node.name) && g.counts_node(&b.node.taints, &b.node.reqs)
+                    });
                     last = Some((node, d));
                     d
                 }
@@ -277,10 +340,9 @@ impl Topology {
                 Domain::Missing => return Err(describe(&g.term, "the node has no such label")),
                 Domain::Claim(_) => Vec::new(),
                 Domain::Open(r) => {
-                    let universe = self.universe.get(key);
                     let mut c: Vec<String> = match r {
                         Some(r) if !r.is_complement() => r.values().to_vec(),
-                        _ => universe.into_iter().flatten().filter(|d| r.is_none_or(|r| r.has(d))).cloned().collect(),
+                        _ => g.domains.iter().filter(|d| r.is_none_or(|r| r.has(d))).cloned().collect(),
                     };
                     if let Some(n) = narrowed.iter().find(|r| r.key() == key) {
                         c.retain(|d| n.has(d));
@@ -365,7 +427,7 @@ impl Topology {
             TopologyKind::Spread => {
                 let self_count = i32::from(g.selects(pod));
                 let min = self.spread_min(g, pod_reqs);
-                let mut known: BTreeSet<&String> = self.universe.get(&g.term.key).into_iter().flatten().collect();
+                let mut known: BTreeSet<&String> = g.domains.iter().collect();
                 known.extend(g.counts.keys());
                 Some(DomainFilter::Allow(
                     known.into_iter().filter(|d| g.count(d) + self_count - min <= g.term.max_skew).cloned().collect(),
@@ -437,9 +499,9 @@ impl Topology {
         if g.term.key == labels::HOSTNAME {
             return 0;
         }
-        let filter = if g.term.honor_node_affinity { pod_reqs.get(&g.term.key) } else { None };
-        let mut domains: BTreeSet<&String> =
-            self.universe.get(&g.term.key).into_iter().flatten().filter(|d| filter.is_none_or(|f| f.has(d))).collect();
+        // The minimum is over the domains the pod's own requirement on the key allows, as Karpenter takes it.
+        let filter = pod_reqs.get(&g.term.key);
+        let mut domains: BTreeSet<&String> = g.domains.iter().filter(|d| filter.is_none_or(|f| f.has(d))).collect();
         domains.extend(g.counts.keys().filter(|d| filter.is_none_or(|f| f.has(d))));
         if let Some(min_domains) = g.term.min_domains
             && (domains.len() as i32) < min_domains
@@ -454,10 +516,7 @@ impl Topology {
     fn possible_domains(&self, key: &str, open: Option<&Requirement>) -> Vec<String> {
         match open {
             Some(r) if !r.is_complement() => r.values().to_vec(),
-            _ => {
-                let known = self.universe.get(key).into_iter().flatten();
-                known.filter(|d| open.is_none_or(|r| r.has(d))).cloned().collect()
-            }
+            _ => self.all_domains(key).into_iter().filter(|d| open.is_none_or(|r| r.has(d))).collect(),
         }
     }
 
@@ -465,15 +524,23 @@ impl Topology {
     /// anti-affinity claims its domain. `domain_of` names the target's domain for a key. A claim of this pass
     /// may have none yet: `open_of` then gives its requirement on the key, and anti-affinity groups count the
     /// pod in every domain it may still land in (spread and affinity count it only once its domain is known).
-    /// An existing node (no `open_of`) without the key is in no domain.
+    /// An existing node (no `open_of`) without the key is in no domain. `target_taints` and `target_reqs`
+    /// are the target's taints and labels (a claim's: its pool's taints and its requirements).
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn record<'r>(
         &mut self,
         selecting: &[usize],
         owned: &[usize],
+        target_taints: &[Taint],
+        target_reqs: &Requirements,
         domain_of: &dyn Fn(&str) -> Option<Landed>,
         open_of: Option<OpenDomains<'_, 'r>>,
     ) {
         for &gid in selecting {
+            // A spread counts the pod only on a target its node filter admits (Karpenter's `Counts`).
+            if !self.groups[gid].counts_node(target_taints, target_reqs) {
+                continue;
+            }
             let key = self.groups[gid].term.key.clone();
             match domain_of(&key) {
                 Some(Landed::Named(d)) => *self.groups[gid].counts.entry(d).or_default() += 1,

@@ -75,7 +75,7 @@ fn term(kind: TopologyKind, key: &str, group: &str) -> TopologyTerm {
         namespace_selector: None,
         max_skew: 1,
         min_domains: None,
-        honor_node_affinity: true,
+        node_filter: None,
         honor_taints: None,
     }
 }
