@@ -551,6 +551,62 @@ async fn an_al2023_class_launches_with_user_data_that_joins_the_cluster() {
     elsewhere.delete(&with_provider_id(claim, &i.provider_id)).await.unwrap();
 }
 
+/// moto: the launch template carries a customer KMS key as Karpenter's manifests spell it (`kmsKeyID`),
+/// a class without block devices gets an encrypted 20 GiB gp3 root, and instance tags stay out of the
+/// metadata service.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn launch_templates_carry_kms_keys_default_volumes_and_metadata_options() {
+    let env = Env::new("volumes").await;
+    let p = env.provider().await;
+    let template_data = || {
+        let env = &env;
+        async move {
+            let lts = launch_templates(env).await;
+            let mut out = Vec::new();
+            for lt in lts {
+                let v = env
+                    .ec2
+                    .describe_launch_template_versions()
+                    .launch_template_id(lt.launch_template_id().unwrap())
+                    .send()
+                    .await
+                    .unwrap();
+                out.push(v.launch_template_versions()[0].launch_template_data().unwrap().clone());
+            }
+            out
+        }
+    };
+    let mut class: serde_json::Value = serde_json::to_value(env.node_class()).unwrap();
+    class["spec"]["blockDeviceMappings"] = serde_json::json!([{"deviceName": "/dev/xvda", "rootVolume": true,
+        "ebs": {"volumeSize": "50Gi", "volumeType": "gp3", "encrypted": true, "kmsKeyID": "arn:aws:kms:us-east-1:123456789012:key/k1"}}]);
+    p.apply_node_class(serde_json::from_value(class.clone()).unwrap()).unwrap();
+    let c1 = env.claim("vol-1", vec![req(labels::INSTANCE_TYPE, &["m5.large"])]);
+    let i1 = p.create(&c1, &LaunchOptions::default()).await.unwrap();
+    let data = template_data().await;
+    let bdm = &data[0].block_device_mappings()[0];
+    assert_eq!(bdm.ebs().and_then(|e| e.kms_key_id()), Some("arn:aws:kms:us-east-1:123456789012:key/k1"));
+    let md = data[0].metadata_options().unwrap();
+    assert_eq!(md.instance_metadata_tags().map(|t| t.as_str()), Some("disabled"));
+    p.delete(&with_provider_id(c1, &i1.provider_id)).await.unwrap();
+
+    class["spec"].as_object_mut().unwrap().remove("blockDeviceMappings");
+    p.apply_node_class(serde_json::from_value(class).unwrap()).unwrap();
+    let c2 = env.claim("vol-2", vec![req(labels::INSTANCE_TYPE, &["m5.large"])]);
+    let i2 = p.create(&c2, &LaunchOptions::default()).await.unwrap();
+    let data = template_data().await;
+    let defaults: Vec<_> = data
+        .iter()
+        .flat_map(|d| d.block_device_mappings())
+        .filter(|b| b.ebs().and_then(|e| e.kms_key_id()).is_none())
+        .collect();
+    assert_eq!(defaults.len(), 1, "{data:?}");
+    let ebs = defaults[0].ebs().unwrap();
+    assert_eq!(defaults[0].device_name(), Some("/dev/xvda"));
+    assert_eq!((ebs.volume_size(), ebs.encrypted()), (Some(20), Some(true)));
+    assert_eq!(ebs.volume_type().map(|t| t.as_str()), Some("gp3"));
+    p.delete(&with_provider_id(c2, &i2.provider_id)).await.unwrap();
+}
+
 /// moto: a class whose cluster facts cannot be found (no settings, no EKS cluster of that name) is not
 /// ready, and says what to set.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -237,7 +237,8 @@ impl AwsProvider {
                 ec2::LaunchTemplateIamInstanceProfileSpecificationRequest::builder().name(p).build(),
             );
         }
-        for b in &s.block_device_mappings {
+        let root_gib = self.root_volume_gib(Some(class));
+        for b in &s.block_devices(root_gib) {
             let mut m = ec2::LaunchTemplateBlockDeviceMappingRequest::builder().device_name(&b.device_name);
             if let Some(e) = &b.ebs {
                 let size = e
@@ -268,8 +269,24 @@ impl AwsProvider {
                 ))
                 .http_put_response_hop_limit(md.http_put_response_hop_limit.unwrap_or(1))
                 .http_tokens(ec2::LaunchTemplateHttpTokensState::from(md.http_tokens.as_deref().unwrap_or("required")))
+                // Instance tags stay out of the metadata service, as Karpenter launches them.
+                .instance_metadata_tags(ec2::LaunchTemplateInstanceMetadataTagsState::Disabled)
                 .build(),
         );
+        if let Some(on) = s.detailed_monitoring {
+            d = d.monitoring(ec2::LaunchTemplatesMonitoringRequest::builder().enabled(on).build());
+        }
+        if let Some(public) = s.associate_public_ip_address {
+            // The interface then carries the security groups the template would otherwise.
+            let groups: Vec<String> = status.security_groups.iter().map(|g| g.id.clone()).collect();
+            d = d.set_security_group_ids(None).network_interfaces(
+                ec2::LaunchTemplateInstanceNetworkInterfaceSpecificationRequest::builder()
+                    .device_index(0)
+                    .associate_public_ip_address(public)
+                    .set_groups(Some(groups))
+                    .build(),
+            );
+        }
         Ok(d.build())
     }
 }

@@ -72,6 +72,16 @@ pub struct EC2NodeClassSpec {
     /// `RAID0`: the instance-store disks become one RAID 0 array for the kubelet, containerd and pod logs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub instance_store_policy: Option<String>,
+    /// Whether instances get a public IPv4 address (`false` for private subnets that map one by default);
+    /// unset leaves it to the subnet.
+    #[serde(default, rename = "associatePublicIPAddress", skip_serializing_if = "Option::is_none")]
+    pub associate_public_ip_address: Option<bool>,
+    /// Whether CloudWatch detailed (1-minute) monitoring is on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detailed_monitoring: Option<bool>,
+    /// The EC2 Fleet context (a reserved-capacity or partner context id) passed to `CreateFleet`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context: Option<String>,
 }
 
 /// The schema of an open object the API server keeps as written.
@@ -80,6 +90,30 @@ fn open_object(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
 }
 
 impl EC2NodeClassSpec {
+    /// The volumes instances get: `blockDeviceMappings`, else the family's defaults as Karpenter's are, an
+    /// encrypted gp3 root of `root_gib` (Bottlerocket: a 4 GiB OS volume and a `root_gib` data volume).
+    pub fn block_devices(&self, root_gib: i64) -> Vec<BlockDeviceMapping> {
+        if !self.block_device_mappings.is_empty() {
+            return self.block_device_mappings.clone();
+        }
+        let volume = |device: &str, gib: i64, root: bool| BlockDeviceMapping {
+            device_name: device.to_owned(),
+            ebs: Some(Ebs {
+                volume_size: Some(format!("{gib}Gi")),
+                volume_type: Some("gp3".into()),
+                encrypted: Some(true),
+                ..Default::default()
+            }),
+            root_volume: root.then_some(true),
+        };
+        match self.family() {
+            Ok(crate::aws::kubelet::AmiFamily::Bottlerocket) => {
+                vec![volume("/dev/xvda", 4, false), volume("/dev/xvdb", root_gib, true)]
+            }
+            _ => vec![volume("/dev/xvda", root_gib, true)],
+        }
+    }
+
     /// The AMI family: `amiFamily`, else the first alias term's, else `Custom`. An unknown name is an
     /// error naming the field.
     pub fn family(&self) -> Result<crate::aws::kubelet::AmiFamily, String> {
@@ -132,6 +166,17 @@ pub struct AmiSelectorTerm {
     /// Tags the AMI must carry (`*` as a value matches any value).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub tags: BTreeMap<String, String>,
+}
+
+/// The owners an AMI term's `DescribeImages` is limited to: its `owner`, and for a `name` term without
+/// one, this account and Amazon (`self`, `amazon`), as Karpenter has it, so a name never matches an image
+/// a stranger shared publicly.
+pub fn image_owners(term: &AmiSelectorTerm) -> Vec<String> {
+    match (&term.owner, &term.name) {
+        (Some(o), _) => vec![o.clone()],
+        (None, Some(_)) => vec!["self".into(), "amazon".into()],
+        (None, None) => Vec::new(),
+    }
 }
 
 /// A subnet selector term: an `id`, or `tags` that must all match.
@@ -195,14 +240,17 @@ pub struct Ebs {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub encrypted: Option<bool>,
     /// The KMS key of an encrypted volume.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default, rename = "kmsKeyID", skip_serializing_if = "Option::is_none")]
     pub kms_key_id: Option<String>,
     /// Whether the volume goes with the instance (default true).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub delete_on_termination: Option<bool>,
     /// A snapshot to restore.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default, rename = "snapshotID", skip_serializing_if = "Option::is_none")]
     pub snapshot_id: Option<String>,
+    /// How fast a volume restored from a snapshot is initialized, in MiB/s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub volume_initialization_rate: Option<i32>,
 }
 
 impl Ebs {
@@ -343,6 +391,9 @@ impl EC2NodeClass {
             ("amiFamily", serde_json::to_value(&s.ami_family)),
             ("kubelet", serde_json::to_value(&s.kubelet)),
             ("instanceStorePolicy", serde_json::to_value(&s.instance_store_policy)),
+            ("associatePublicIPAddress", serde_json::to_value(s.associate_public_ip_address)),
+            ("detailedMonitoring", serde_json::to_value(s.detailed_monitoring)),
+            ("context", serde_json::to_value(&s.context)),
         ] {
             if let Ok(v) = value
                 && !v.is_null()
@@ -433,6 +484,68 @@ mod tests {
 
     fn class(yaml: serde_json::Value) -> EC2NodeClass {
         serde_json::from_value(yaml).unwrap()
+    }
+
+    /// A manifest written for Karpenter's AWS provider reads and writes back unchanged: every field name as
+    /// Karpenter's CRD spells it (`kmsKeyID`, `snapshotID`, `associatePublicIPAddress`, …).
+    #[test]
+    fn a_karpenter_manifest_round_trips_unchanged() {
+        let manifest = serde_json::json!({
+            "apiVersion": "karpenter.k8s.aws/v1", "kind": "EC2NodeClass", "metadata": {"name": "default"},
+            "spec": {
+                "amiFamily": "AL2023",
+                "amiSelectorTerms": [{"alias": "al2023@latest"}, {"name": "my-ami-*", "owner": "123456789012"}],
+                "subnetSelectorTerms": [{"tags": {"karpenter.sh/discovery": "prod"}}, {"id": "subnet-0abc"}],
+                "securityGroupSelectorTerms": [{"tags": {"karpenter.sh/discovery": "prod"}}, {"name": "nodes"}],
+                "role": "KarpenterNodeRole-prod",
+                "userData": "#!/bin/bash\necho hello\n",
+                "tags": {"team": "ml"},
+                "kubelet": {"maxPods": 110, "kubeReserved": {"cpu": "200m"}, "shutdownGracePeriod": "30s"},
+                "blockDeviceMappings": [{
+                    "deviceName": "/dev/xvda", "rootVolume": true,
+                    "ebs": {"volumeSize": "100Gi", "volumeType": "gp3", "iops": 3000, "throughput": 125,
+                        "encrypted": true, "kmsKeyID": "arn:aws:kms:us-west-2:123456789012:key/abcd",
+                        "snapshotID": "snap-0123", "deleteOnTermination": true, "volumeInitializationRate": 100}
+                }],
+                "instanceStorePolicy": "RAID0",
+                "associatePublicIPAddress": false,
+                "detailedMonitoring": true,
+                "context": "cr-context",
+                "metadataOptions": {"httpEndpoint": "enabled", "httpProtocolIPv6": "disabled",
+                    "httpPutResponseHopLimit": 1, "httpTokens": "required"}
+            }
+        });
+        let parsed: EC2NodeClass = serde_json::from_value(manifest.clone()).unwrap();
+        assert_eq!(
+            parsed.spec.block_device_mappings[0].ebs.as_ref().unwrap().kms_key_id.as_deref(),
+            Some("arn:aws:kms:us-west-2:123456789012:key/abcd")
+        );
+        assert_eq!(serde_json::to_value(&parsed).unwrap(), manifest);
+    }
+
+    #[test]
+    fn name_terms_without_an_owner_search_this_account_and_amazon_only() {
+        let term = |v: serde_json::Value| -> AmiSelectorTerm { serde_json::from_value(v).unwrap() };
+        assert_eq!(image_owners(&term(serde_json::json!({"name": "eks-*"}))), ["self", "amazon"]);
+        assert_eq!(image_owners(&term(serde_json::json!({"name": "eks-*", "owner": "0123"}))), ["0123"]);
+        assert!(image_owners(&term(serde_json::json!({"id": "ami-1"}))).is_empty());
+    }
+
+    #[test]
+    fn each_family_has_default_volumes() {
+        let spec = |family: &str| -> EC2NodeClassSpec {
+            serde_json::from_value(serde_json::json!({"amiFamily": family})).unwrap()
+        };
+        let al2023 = spec("AL2023").block_devices(20);
+        assert_eq!(al2023.len(), 1);
+        let ebs = al2023[0].ebs.as_ref().unwrap();
+        assert_eq!((al2023[0].device_name.as_str(), ebs.volume_size.as_deref()), ("/dev/xvda", Some("20Gi")));
+        assert_eq!((ebs.volume_type.as_deref(), ebs.encrypted), (Some("gp3"), Some(true)));
+        let br = spec("Bottlerocket").block_devices(20);
+        let sizes: Vec<(&str, Option<&str>)> =
+            br.iter().map(|b| (b.device_name.as_str(), b.ebs.as_ref().unwrap().volume_size.as_deref())).collect();
+        assert_eq!(sizes, [("/dev/xvda", Some("4Gi")), ("/dev/xvdb", Some("20Gi"))]);
+        assert_eq!(br[1].root_volume, Some(true), "the data volume holds ephemeral storage");
     }
 
     #[test]

@@ -572,8 +572,7 @@ impl AwsProvider {
                     batches.push((images, nvidia));
                 }
             } else {
-                let owners: Vec<String> = term.owner.iter().cloned().collect();
-                let images = self.describe_images(term, term.name.as_deref(), &owners).await?;
+                let images = self.describe_images(term, term.name.as_deref(), &nodeclass::image_owners(term)).await?;
                 batches.push((images, false));
             }
             for (images, nvidia) in batches {
@@ -785,7 +784,9 @@ impl AwsProvider {
         st.quota.clone()
     }
 
-    fn root_volume_gib(&self, class: Option<&EC2NodeClass>) -> i64 {
+    /// The size of the volume the kubelet's ephemeral storage lives on: the mapping marked `rootVolume`,
+    /// else the first (the default volumes mark theirs; Bottlerocket's is its data volume).
+    pub(super) fn root_volume_gib(&self, class: Option<&EC2NodeClass>) -> i64 {
         class
             .and_then(|c| {
                 let bdms = &c.spec.block_device_mappings;
@@ -1227,15 +1228,20 @@ impl CloudProvider for AwsProvider {
             configs.push((lt, ovs));
         }
         let tags = self.launch_tags(claim, &class);
-        let mut req = self.ec2.create_fleet().r#type(ec2::FleetType::Instant).target_capacity_specification(
-            ec2::TargetCapacitySpecificationRequest::builder()
-                .total_target_capacity(1)
-                .default_target_capacity_type(match capacity_type {
-                    CapacityType::Spot => ec2::DefaultTargetCapacityType::Spot,
-                    _ => ec2::DefaultTargetCapacityType::OnDemand,
-                })
-                .build(),
-        );
+        let mut req = self
+            .ec2
+            .create_fleet()
+            .set_context(class.spec.context.clone())
+            .r#type(ec2::FleetType::Instant)
+            .target_capacity_specification(
+                ec2::TargetCapacitySpecificationRequest::builder()
+                    .total_target_capacity(1)
+                    .default_target_capacity_type(match capacity_type {
+                        CapacityType::Spot => ec2::DefaultTargetCapacityType::Spot,
+                        _ => ec2::DefaultTargetCapacityType::OnDemand,
+                    })
+                    .build(),
+            );
         req = match capacity_type {
             CapacityType::Spot => req.spot_options(
                 ec2::SpotOptionsRequest::builder()
