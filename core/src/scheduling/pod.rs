@@ -2,6 +2,7 @@
 //! pod (anti-)affinity, converted once from the Kubernetes object.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{
     Container, NodeSelectorTerm, Pod, PodAffinityTerm, PodSpec, Toleration, TopologySpreadConstraint,
@@ -109,7 +110,7 @@ pub struct TopologyTerm {
     /// Spread with `nodeAffinityPolicy: Honor` (the default): the pod's node requirement alternatives
     /// (its nodeSelector ∩ each required node-affinity term); only nodes and claims compatible with one of
     /// them count and give domains. `None`: every node counts (`Ignore`, and affinity terms).
-    pub node_filter: Option<Vec<Requirements>>,
+    pub node_filter: Option<Arc<[Requirements]>>,
     /// Spread with `nodeTaintsPolicy: Honor`: the pod's tolerations (as JSON, so equal constraints share a
     /// group); pods on nodes whose taints they do not tolerate are not counted.
     pub honor_taints: Option<String>,
@@ -291,7 +292,7 @@ fn spread_term(
     c: &TopologySpreadConstraint,
     tolerations: &[Toleration],
     pod_labels: &BTreeMap<String, String>,
-    node_alternatives: &[Requirements],
+    node_alternatives: &Arc<[Requirements]>,
 ) -> TopologyTerm {
     // `matchLabelKeys`: the pod's own values of those keys narrow the selector (a key it lacks is
     // ignored), so each revision of a Deployment spreads on its own.
@@ -313,7 +314,10 @@ fn spread_term(
         namespace_selector: None,
         max_skew: c.max_skew.max(1),
         min_domains: c.min_domains,
-        node_filter: (c.node_affinity_policy.as_deref() != Some("Ignore")).then(|| node_alternatives.to_vec()),
+        // A pod with no node requirements admits every node: no filter to check.
+        node_filter: (c.node_affinity_policy.as_deref() != Some("Ignore")
+            && node_alternatives.iter().any(|r| !r.is_empty()))
+        .then(|| Arc::clone(node_alternatives)),
         honor_taints: (c.node_taints_policy.as_deref() == Some("Honor"))
             .then(|| serde_json::to_string(tolerations).unwrap_or_default()),
     }
@@ -381,8 +385,8 @@ impl PodInfo {
         let mut soft_spreads = Vec::new();
         let tolerations = spec.tolerations.clone().unwrap_or_default();
         let pod_labels = pod.metadata.labels.clone().unwrap_or_default();
-        let node_alternatives: Vec<Requirements> = if required_terms.is_empty() {
-            vec![node_selector.clone()]
+        let node_alternatives: Arc<[Requirements]> = if required_terms.is_empty() {
+            Arc::from([node_selector.clone()])
         } else {
             required_terms
                 .iter()

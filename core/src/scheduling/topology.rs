@@ -33,8 +33,9 @@ pub(crate) struct Group {
     /// `nodeTaintsPolicy: Honor`: the tolerations deciding which nodes' pods count.
     tolerations: Option<Vec<Toleration>>,
     /// The domains the constraint knows, empty or not: those the pools offer (for a spread honouring
-    /// taints, only pools whose taints it tolerates) and those of existing nodes it counts.
-    domains: BTreeSet<String>,
+    /// taints, only pools whose taints it tolerates) and those of existing nodes it counts. Fixed once the
+    /// group exists, so simulations share it; empty for hostname groups, whose domains are their nodes.
+    domains: Arc<BTreeSet<String>>,
 }
 
 impl Group {
@@ -241,28 +242,33 @@ impl Topology {
             total: 0,
             any_claim_owner: false,
             tolerations: term.honor_taints.as_deref().map(|t| serde_json::from_str(t).unwrap_or_default()),
-            domains: BTreeSet::new(),
+            domains: Arc::default(),
         };
         // The domains the group knows: those of the pools it may use (a spread honouring taints skips
         // pools whose taints it does not tolerate) and those of the existing nodes it counts.
         let key = term.key.as_str();
         let spread = term.kind == TopologyKind::Spread;
-        for (d, taint_sets) in self.universe.get(key).into_iter().flatten() {
-            let usable = !spread
-                || g.tolerations
-                    .as_ref()
-                    .is_none_or(|tol| taint_sets.iter().any(|t| taints::untolerated(t, tol, true).is_none()));
-            if usable {
-                g.domains.insert(d.clone());
+        let mut domains = BTreeSet::new();
+        if key != labels::HOSTNAME {
+            for (d, taint_sets) in self.universe.get(key).into_iter().flatten() {
+                let usable = !spread
+                    || g.tolerations
+                        .as_ref()
+                        .is_none_or(|tol| taint_sets.iter().any(|t| taints::untolerated(t, tol, true).is_none()));
+                if usable {
+                    domains.insert(d.clone());
+                }
+            }
+            for n in self.existing.iter() {
+                if let Some(d) = n.labels.get(key)
+                    && !domains.contains(d)
+                    && (!spread || g.counts_node(&n.taints, &n.reqs))
+                {
+                    domains.insert(d.clone());
+                }
             }
         }
-        for n in self.existing.iter() {
-            if let Some(d) = n.labels.get(key)
-                && (!spread || g.counts_node(&n.taints, &n.reqs))
-            {
-                g.domains.insert(d.clone());
-            }
-        }
+        g.domains = Arc::new(domains);
         // A node's pods are next to each other in `bound`: what the group needs of the node (is it still
         // here, its domain, do its taints count) is looked up once per node, not once per pod.
         let mut last: Option<(*const BoundNode, Option<&String>)> = None;
