@@ -177,6 +177,7 @@ async fn aws(
 
     let mut aws = AwsSettings::new(settings.cluster_name.clone());
     aws.interruption_queue = settings.interruption_queue.clone();
+    aws.vm_memory_overhead = settings.vm_memory_overhead;
     aws.cluster_endpoint = settings.cluster_endpoint.clone();
     aws.cluster_ca_bundle = settings.cluster_ca_bundle.clone();
     aws.cluster_service_cidr = settings.cluster_service_cidr.clone();

@@ -283,6 +283,13 @@ pub const SETTINGS: &[SettingSpec] = &[
         "The SQS queue (name or URL) EventBridge delivers EC2 interruption events to, for the aws provider; empty turns interruption handling off.",
     ),
     s(
+        "vm-memory-overhead-percent",
+        "VM_MEMORY_OVERHEAD_PERCENT",
+        "0.075",
+        Kind::Percent,
+        "The share of an instance's memory its hypervisor keeps, taken off memory capacity by the aws provider (Karpenter's default).",
+    ),
+    s(
         "cluster-endpoint",
         "CLUSTER_ENDPOINT",
         "",
@@ -513,6 +520,8 @@ pub struct Settings {
     pub health_probe_port: u16,
     /// The aws provider's interruption queue (`None`: no interruption handling).
     pub interruption_queue: Option<String>,
+    /// `vm-memory-overhead-percent`: the share of an instance's memory its hypervisor keeps, as a fraction.
+    pub vm_memory_overhead: f64,
     /// `cluster-endpoint`: the API server URL nodes join; `None` asks the provider's cloud.
     pub cluster_endpoint: Option<String>,
     /// `cluster-ca-bundle`: the cluster CA bundle (base64 PEM) nodes trust; `None` asks the provider's cloud.
@@ -742,6 +751,7 @@ impl Settings {
             metrics_port: port("metrics-port")?,
             health_probe_port: port("health-probe-port")?,
             interruption_queue: Some(get("interruption-queue").1.trim().to_owned()).filter(|q| !q.is_empty()),
+            vm_memory_overhead: percent("vm-memory-overhead-percent")?,
             cluster_endpoint: Some(get("cluster-endpoint").1.trim().to_owned()).filter(|q| !q.is_empty()),
             cluster_ca_bundle: Some(get("cluster-ca-bundle").1.trim().to_owned()).filter(|q| !q.is_empty()),
             cluster_service_cidr: Some(get("cluster-service-cidr").1.trim().to_owned()).filter(|q| !q.is_empty()),

@@ -346,7 +346,9 @@ async fn gpu_instance_types_are_parsed_with_eks_allocatable() {
     let a = p4d.allocatable();
     assert_eq!(a.get(ResourceName::CPU), 96_000 - kube_reserved_cpu_millis(96));
     assert_eq!(kube_reserved_cpu_millis(96), 310);
-    assert_eq!(a.get(ResourceName::MEMORY), (1_179_648 - kube_reserved_memory_mib(737) - 100) * MIB);
+    // EC2's memory less the hypervisor's 7.5% (88,474 MiB, rounded up), kube-reserved and eviction.
+    assert_eq!(p4d.capacity.get(ResourceName::MEMORY), (1_179_648 - 88_474) * MIB);
+    assert_eq!(a.get(ResourceName::MEMORY), (1_179_648 - 88_474 - kube_reserved_memory_mib(737) - 100) * MIB);
     // p4d is offered in us-east-1a..d; this test's subnets are in 1a and 1b.
     let zones: std::collections::BTreeSet<&str> = p4d.offerings.iter().map(|o| o.zone.as_str()).collect();
     assert_eq!(zones, ["us-east-1a", "us-east-1b"].into());
@@ -362,7 +364,7 @@ async fn gpu_instance_types_are_parsed_with_eks_allocatable() {
     let a = g5.allocatable();
     assert_eq!(a.get(ResourceName::PODS), 58);
     assert_eq!(a.get(ResourceName::CPU), 4000 - 80);
-    assert_eq!(a.get(ResourceName::MEMORY), (16_384 - 893 - 100) * MIB);
+    assert_eq!(a.get(ResourceName::MEMORY), (16_384 - 1_229 - 893 - 100) * MIB);
     // 80Gi root volume from the NodeClass, 1Gi kube-reserved, 10% eviction threshold.
     assert_eq!(a.get(ResourceName::EPHEMERAL_STORAGE), (80 << 30) - (1 << 30) - (8 << 30));
     assert!(by_name["m5.large"].capacity.get(ResourceName::NVIDIA_GPU) == 0);
@@ -405,14 +407,7 @@ async fn create_fleet_launches_tagged_instances_from_a_launch_template() {
     let lts = launch_templates(&env).await;
     let lt = &lts[0];
     assert!(lt.launch_template_name().unwrap().starts_with(&format!("tenon/{}/", env.cluster)));
-    let v = env
-        .ec2
-        .describe_launch_template_versions()
-        .launch_template_id(lt.launch_template_id().unwrap())
-        .send()
-        .await
-        .unwrap();
-    let data = v.launch_template_versions()[0].launch_template_data().unwrap();
+    let data = template_data(&env, lt).await;
     assert_eq!(data.image_id(), Some(env.ami.as_str()));
     assert_eq!(data.security_group_ids(), std::slice::from_ref(&env.security_group));
     let user_data = aws_smithy_types::base64::decode(data.user_data().unwrap()).unwrap();
@@ -493,14 +488,7 @@ async fn an_al2023_class_launches_with_user_data_that_joins_the_cluster() {
     };
     let lts = launch_templates(&env).await;
     assert_eq!(lts.len(), 1, "one template for the class, its AMI and this user data");
-    let versions = env
-        .ec2
-        .describe_launch_template_versions()
-        .launch_template_id(lts[0].launch_template_id().unwrap())
-        .send()
-        .await
-        .unwrap();
-    let (parts, doc) = node_config(versions.launch_template_versions()[0].launch_template_data().unwrap());
+    let (parts, doc) = node_config(&template_data(&env, &lts[0]).await);
     assert_eq!(parts[0].content, "#!/bin/bash\necho hello", "the class's own script runs first");
     let spec = &doc["spec"];
     assert_eq!(spec["cluster"]["name"], env.cluster.as_str());
@@ -537,14 +525,7 @@ async fn an_al2023_class_launches_with_user_data_that_joins_the_cluster() {
         .iter()
         .find(|t| t.launch_template_name().is_some_and(|n| n.starts_with(&format!("tenon/{}-elsewhere/", env.cluster))))
         .unwrap();
-    let versions = env
-        .ec2
-        .describe_launch_template_versions()
-        .launch_template_id(lt.launch_template_id().unwrap())
-        .send()
-        .await
-        .unwrap();
-    let (_, doc) = node_config(versions.launch_template_versions()[0].launch_template_data().unwrap());
+    let (_, doc) = node_config(&template_data(&env, lt).await);
     assert_eq!(doc["spec"]["cluster"]["apiServerEndpoint"], "https://api.elsewhere.example");
     assert_eq!(doc["spec"]["cluster"]["certificateAuthority"], "Y2E=");
     assert_eq!(doc["spec"]["cluster"]["cidr"], "10.96.0.0/12");
@@ -558,23 +539,12 @@ async fn an_al2023_class_launches_with_user_data_that_joins_the_cluster() {
 async fn launch_templates_carry_kms_keys_default_volumes_and_metadata_options() {
     let env = Env::new("volumes").await;
     let p = env.provider().await;
-    let template_data = || {
-        let env = &env;
-        async move {
-            let lts = launch_templates(env).await;
-            let mut out = Vec::new();
-            for lt in lts {
-                let v = env
-                    .ec2
-                    .describe_launch_template_versions()
-                    .launch_template_id(lt.launch_template_id().unwrap())
-                    .send()
-                    .await
-                    .unwrap();
-                out.push(v.launch_template_versions()[0].launch_template_data().unwrap().clone());
-            }
-            out
+    let all_data = || async {
+        let mut out = Vec::new();
+        for lt in launch_templates(&env).await {
+            out.push(template_data(&env, &lt).await);
         }
+        out
     };
     let mut class: serde_json::Value = serde_json::to_value(env.node_class()).unwrap();
     class["spec"]["blockDeviceMappings"] = serde_json::json!([{"deviceName": "/dev/xvda", "rootVolume": true,
@@ -582,7 +552,7 @@ async fn launch_templates_carry_kms_keys_default_volumes_and_metadata_options() 
     p.apply_node_class(serde_json::from_value(class.clone()).unwrap()).unwrap();
     let c1 = env.claim("vol-1", vec![req(labels::INSTANCE_TYPE, &["m5.large"])]);
     let i1 = p.create(&c1, &LaunchOptions::default()).await.unwrap();
-    let data = template_data().await;
+    let data = all_data().await;
     let bdm = &data[0].block_device_mappings()[0];
     assert_eq!(bdm.ebs().and_then(|e| e.kms_key_id()), Some("arn:aws:kms:us-east-1:123456789012:key/k1"));
     let md = data[0].metadata_options().unwrap();
@@ -593,7 +563,7 @@ async fn launch_templates_carry_kms_keys_default_volumes_and_metadata_options() 
     p.apply_node_class(serde_json::from_value(class).unwrap()).unwrap();
     let c2 = env.claim("vol-2", vec![req(labels::INSTANCE_TYPE, &["m5.large"])]);
     let i2 = p.create(&c2, &LaunchOptions::default()).await.unwrap();
-    let data = template_data().await;
+    let data = all_data().await;
     let defaults: Vec<_> = data
         .iter()
         .flat_map(|d| d.block_device_mappings())
@@ -786,6 +756,18 @@ async fn launch_templates(env: &Env) -> Vec<ec2::LaunchTemplate> {
         .await
         .unwrap();
     r.launch_templates().to_vec()
+}
+
+/// The data of a launch template's first version.
+async fn template_data(env: &Env, lt: &ec2::LaunchTemplate) -> ec2::ResponseLaunchTemplateData {
+    let v = env
+        .ec2
+        .describe_launch_template_versions()
+        .launch_template_id(lt.launch_template_id().unwrap())
+        .send()
+        .await
+        .unwrap();
+    v.launch_template_versions()[0].launch_template_data().unwrap().clone()
 }
 
 /// The names of this test's cluster's launch templates.

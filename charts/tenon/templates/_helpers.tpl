@@ -133,9 +133,10 @@ disableLeaderElection: DISABLE_LEADER_ELECTION
 metricsPort: METRICS_PORT
 healthProbePort: HEALTH_PROBE_PORT
 interruptionQueue: INTERRUPTION_QUEUE
+vmMemoryOverheadPercent: VM_MEMORY_OVERHEAD_PERCENT
 clusterEndpoint: CLUSTER_ENDPOINT
-clusterCABundle: CLUSTER_CA_BUNDLE
-clusterServiceCIDR: CLUSTER_SERVICE_CIDR
+clusterCaBundle: CLUSTER_CA_BUNDLE
+clusterServiceCidr: CLUSTER_SERVICE_CIDR
 kwokCatalog: KWOK_CATALOG
 kwokRegistrationDelay: KWOK_REGISTRATION_DELAY
 {{- end }}

@@ -86,6 +86,36 @@ pub struct Shape {
     pub bare_metal: bool,
 }
 
+#[cfg(test)]
+impl Shape {
+    /// A Nitro amd64 shape with four ENIs of 15 addresses (58 pods), for tests.
+    pub(crate) fn nitro(name: &str, vcpu: i64, memory_mib: i64) -> Self {
+        Self {
+            name: name.into(),
+            vcpu,
+            memory_mib,
+            architectures: vec!["amd64".into()],
+            gpus: Vec::new(),
+            max_enis: 4,
+            ipv4_per_eni: 15,
+            hypervisor: "nitro".into(),
+            bare_metal: false,
+        }
+    }
+}
+
+/// The memory capacity of `shape` in bytes, as Karpenter computes it: what EC2 reports, less 64 MiB on
+/// arm64 (the kernel's CMA reservation on Graviton), less `vm_overhead` of it rounded up to the MiB (what
+/// the hypervisor keeps; the kubelet never reports it).
+pub fn memory_bytes(shape: &Shape, vm_overhead: f64) -> i64 {
+    let mut mib = shape.memory_mib;
+    if shape.architectures.first().is_some_and(|a| a == "arm64") {
+        mib -= 64;
+    }
+    let overhead_mib = (mib as f64 * vm_overhead.clamp(0.0, 1.0)).ceil() as i64;
+    (mib - overhead_mib) * MIB
+}
+
 /// The maximum pods of the EKS VPC CNI: `ENIs × (IPv4 per ENI − 1) + 2`.
 pub fn max_pods(max_enis: i64, ipv4_per_eni: i64) -> i64 {
     (max_enis * (ipv4_per_eni - 1).max(0) + 2).max(2)
@@ -122,10 +152,12 @@ pub fn instance_type(
     root_volume_gib: i64,
     kubelet: &Kubelet,
     family: AmiFamily,
+    vm_overhead: f64,
     offerings: Vec<Offering>,
 ) -> InstanceType {
     let pods = kubelet.pods(shape, family);
-    let mut capacity = Resources::cpu_memory(shape.vcpu * 1000, shape.memory_mib * MIB)
+    let memory = memory_bytes(shape, vm_overhead);
+    let mut capacity = Resources::cpu_memory(shape.vcpu * 1000, memory)
         .with(ResourceName::PODS, pods)
         .with(ResourceName::EPHEMERAL_STORAGE, root_volume_gib * GIB);
     let nvidia: i64 =
@@ -139,7 +171,7 @@ pub fn instance_type(
     {
         capacity.set(r, amd);
     }
-    let overhead = kubelet.overhead(shape, family, root_volume_gib);
+    let overhead = kubelet.overhead(shape, family, root_volume_gib, memory);
     InstanceType { name: shape.name.clone(), labels: shape_labels(shape), capacity, overhead, offerings }
 }
 
@@ -262,7 +294,7 @@ mod tests {
             hypervisor: "nitro".into(),
             bare_metal: false,
         };
-        let it = instance_type(&shape, 20, &Kubelet::default(), AmiFamily::Al2023, Vec::new());
+        let it = instance_type(&shape, 20, &Kubelet::default(), AmiFamily::Al2023, 0.0, Vec::new());
         assert_eq!(it.capacity.get(ResourceName::NVIDIA_GPU), 1);
         assert_eq!(it.labels[LABEL_GPU_NAME], "a10g");
         assert_eq!(it.labels[LABEL_INSTANCE_GENERATION], "5");

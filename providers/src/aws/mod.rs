@@ -21,6 +21,6 @@ mod settings;
 pub use nodeclass::{EC2NodeClass, EC2NodeClassSpec, EC2NodeClassStatus};
 pub use provider::{
     AwsProvider, NAME, TAG_EKS_CLUSTER, TAG_NODE_CLAIM, TAG_NODE_CLASS, TAG_NODE_POOL, instance_id, provider_id,
-    shape_of,
+    shape_of, shapes_of,
 };
 pub use settings::AwsSettings;

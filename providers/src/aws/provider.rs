@@ -619,26 +619,35 @@ impl AwsProvider {
     }
 
     /// Instance shapes, from `DescribeInstanceTypes` (kept for `shapes_ttl`).
+    /// The instance shapes, read at most every `shapes_ttl`. A refresh that fails keeps the catalog last
+    /// read (with a warning), as a spot price refresh does; only a first read that fails is an error.
     async fn shapes(&self) -> Result<Arc<HashMap<String, Shape>>, CloudError> {
         if let Some(s) = self.fresh(&self.state().shapes, self.settings.shapes_ttl) {
             return Ok(s);
         }
-        let mut out = HashMap::new();
+        let mut infos = Vec::new();
         let mut req = self.ec2.describe_instance_types().max_results(100);
         if !self.settings.instance_type_patterns.is_empty() {
             req = req.filters(filter("instance-type", self.settings.instance_type_patterns.iter().cloned()));
         }
         let mut pages = req.into_paginator().send();
         while let Some(page) = pages.next().await {
-            let resp = page.map_err(|e| sdk_error("DescribeInstanceTypes", e))?;
-            for info in resp.instance_types() {
-                let shape = shape_of(info)?;
-                if let Some(s) = shape {
-                    out.insert(s.name.clone(), s);
+            match page {
+                Ok(resp) => infos.extend(resp.instance_types().iter().cloned()),
+                Err(e) => {
+                    let e = sdk_error("DescribeInstanceTypes", e);
+                    let last = self.state().shapes.as_ref().map(|c| c.value.clone());
+                    return match last {
+                        Some(last) => {
+                            tracing::warn!(error = %e, "keeping the instance types last read");
+                            Ok(last)
+                        }
+                        None => Err(e),
+                    };
                 }
             }
         }
-        let value = Arc::new(out);
+        let value = Arc::new(shapes_of(&infos));
         self.state().shapes = Some(Cached { at: self.now(), value: value.clone() });
         Ok(value)
     }
@@ -731,15 +740,17 @@ impl AwsProvider {
                 else {
                     continue;
                 };
-                let price: f64 = price.parse().map_err(|_| {
-                    CloudError::message(
-                        NAME,
-                        format!(
-                            "DescribeSpotPriceHistory: {} in {zone}: SpotPrice {price:?} is not a number",
-                            t.as_str()
-                        ),
-                    )
-                })?;
+                // A price that is not a finite, non-negative number (NaN, inf) would poison every comparison:
+                // that offering goes unpriced (and so unoffered) rather than failing the whole refresh.
+                let Some(price) = spot_price(price) else {
+                    tracing::warn!(
+                        instance_type = t.as_str(),
+                        zone,
+                        price,
+                        "ignoring a spot price that is not a finite non-negative number"
+                    );
+                    continue;
+                };
                 let at = p.timestamp().map(|t| t.secs()).unwrap_or_default();
                 let slot = latest.entry((t.as_str().to_owned(), zone.to_owned())).or_insert((at, price));
                 if at >= slot.0 {
@@ -843,7 +854,8 @@ impl AwsProvider {
                     offerings.push(o);
                 }
             }
-            let mut it = catalog::instance_type(shape, root, &kubelet, family, offerings);
+            let mut it =
+                catalog::instance_type(shape, root, &kubelet, family, self.settings.vm_memory_overhead, offerings);
             if let Some(arch) = shape.architectures.iter().find(|a| archs.contains(a.as_str())) {
                 it.labels.insert(labels::ARCH.to_owned(), arch.clone());
             }
@@ -950,9 +962,16 @@ impl AwsProvider {
             Some(c) => (c.spec.family().unwrap_or(AmiFamily::Custom), c.spec.kubelet().unwrap_or_default()),
             None => (AmiFamily::Custom, Kubelet::default()),
         };
-        let it = shapes
-            .and_then(|s| s.get(&itype))
-            .map(|s| catalog::instance_type(s, self.root_volume_gib(class.as_deref()), &kubelet, family, Vec::new()));
+        let it = shapes.and_then(|s| s.get(&itype)).map(|s| {
+            catalog::instance_type(
+                s,
+                self.root_volume_gib(class.as_deref()),
+                &kubelet,
+                family,
+                self.settings.vm_memory_overhead,
+                Vec::new(),
+            )
+        });
         let price = match capacity_type {
             CapacityType::Spot => {
                 self.state().spot.as_ref().and_then(|s| s.value.get(&(itype.clone(), zone.to_owned())).copied())
@@ -1016,6 +1035,29 @@ impl AwsProvider {
         self.state().queue_url = Some(url.clone());
         Ok(url)
     }
+}
+
+/// A `SpotPrice` as a price: a finite, non-negative number, or nothing.
+fn spot_price(text: &str) -> Option<f64> {
+    text.trim().parse::<f64>().ok().filter(|p| p.is_finite() && *p >= 0.0)
+}
+
+/// The shapes of `infos`, by name. An entry that cannot be read (a field EC2 always sends is missing) is
+/// dropped with its reason logged: one odd type never takes the whole catalog down.
+pub fn shapes_of(infos: &[ec2::InstanceTypeInfo]) -> HashMap<String, Shape> {
+    let mut out = HashMap::new();
+    for info in infos {
+        match shape_of(info) {
+            Ok(Some(s)) => {
+                out.insert(s.name.clone(), s);
+            }
+            Ok(None) => {}
+            Err(e) => {
+                tracing::warn!(error = %e, "dropping an instance type DescribeInstanceTypes describes incompletely")
+            }
+        }
+    }
+    out
 }
 
 /// A shape from one `DescribeInstanceTypes` entry; `None` for types tenon cannot run (no supported
@@ -1495,14 +1537,12 @@ impl CloudProvider for AwsProvider {
         // Resolved before the messages are deleted: if the lookup fails, they come back after their
         // visibility timeout.
         let found = self.interruptions_of(notices).await?;
+        // A delete that fails leaves its message to come back after its visibility timeout (acted on
+        // twice, harmlessly); the interruptions already read are still returned.
         for handle in handles {
-            self.sqs
-                .delete_message()
-                .queue_url(&url)
-                .receipt_handle(handle)
-                .send()
-                .await
-                .map_err(|e| sqs_error(&format!("DeleteMessage {queue}"), e))?;
+            if let Err(e) = self.sqs.delete_message().queue_url(&url).receipt_handle(handle).send().await {
+                tracing::warn!(queue = %queue, error = %sqs_error("DeleteMessage", e), "an interruption message stays queued");
+            }
         }
         Ok(found)
     }
@@ -1624,6 +1664,7 @@ mod tests {
                     20,
                     &Kubelet::default(),
                     AmiFamily::Al2023,
+                    0.0,
                     offerings,
                 )
             })
@@ -1677,15 +1718,56 @@ mod tests {
                 20,
                 &Kubelet::default(),
                 AmiFamily::Al2023,
+                0.0,
                 offerings.clone(),
             ),
-            catalog::instance_type(&shape("m6i.xlarge", 4, 0), 20, &Kubelet::default(), AmiFamily::Al2023, offerings),
+            catalog::instance_type(
+                &shape("m6i.xlarge", 4, 0),
+                20,
+                &Kubelet::default(),
+                AmiFamily::Al2023,
+                0.0,
+                offerings,
+            ),
         ];
         let claim = NodeClaim::new("c", NodeClaimSpec::default());
         let (_, overrides) = p.plan_overrides(&claim, &LaunchOptions::default(), &types, &status()).unwrap();
         let ami_of = |t: &str| overrides.iter().find(|o| o.key.instance_type == t).unwrap().ami.id.clone();
         assert_eq!(ami_of("g6.xlarge"), "ami-gpu");
         assert_eq!(ami_of("m6i.xlarge"), "ami-std");
+    }
+
+    #[test]
+    fn spot_prices_must_be_finite_and_non_negative() {
+        assert_eq!(spot_price("0.4589"), Some(0.4589));
+        assert_eq!(spot_price(" 0 "), Some(0.0));
+        for bad in ["nan", "NaN", "inf", "-inf", "-0.1", "1e999", "cheap", ""] {
+            assert_eq!(spot_price(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn an_incomplete_instance_type_is_dropped_and_the_rest_remain() {
+        let info = |name: &str, memory: Option<i64>| {
+            let mut b = ec2::InstanceTypeInfo::builder()
+                .instance_type(ec2::InstanceType::from(name))
+                .processor_info(
+                    ec2::ProcessorInfo::builder().supported_architectures(ec2::ArchitectureType::X8664).build(),
+                )
+                .v_cpu_info(ec2::VCpuInfo::builder().default_v_cpus(2).build())
+                .network_info(
+                    ec2::NetworkInfo::builder().maximum_network_interfaces(3).ipv4_addresses_per_interface(10).build(),
+                );
+            if let Some(m) = memory {
+                b = b.memory_info(ec2::MemoryInfo::builder().size_in_mib(m).build());
+            }
+            b.build()
+        };
+        let shapes = shapes_of(&[info("m5.large", Some(8192)), info("x9.odd", None), info("c5.large", Some(4096))]);
+        let mut names: Vec<&str> = shapes.keys().map(String::as_str).collect();
+        names.sort_unstable();
+        assert_eq!(names, ["c5.large", "m5.large"]);
+        assert!(shape_of(&info("x9.odd", None)).unwrap_err().to_string().contains("MemoryInfo.SizeInMiB"));
     }
 
     #[test]

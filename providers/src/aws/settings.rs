@@ -40,6 +40,9 @@ pub struct AwsSettings {
     pub price_refresh: Duration,
     /// The root volume size in GiB when the NodeClass does not say (ephemeral storage capacity).
     pub default_root_volume_gib: i64,
+    /// The share of an instance's memory the hypervisor keeps (0.075, as Karpenter's default): memory
+    /// capacity is what EC2 reports less this, rounded up to the MiB (and 64 MiB less on arm64).
+    pub vm_memory_overhead: f64,
     /// The API server URL nodes join; `None` asks EKS `DescribeCluster`.
     pub cluster_endpoint: Option<String>,
     /// The cluster CA bundle (base64 PEM); `None` asks EKS `DescribeCluster`.
@@ -69,6 +72,7 @@ impl AwsSettings {
             on_demand_price_file: None,
             price_refresh: Duration::from_secs(12 * 3600),
             default_root_volume_gib: 20,
+            vm_memory_overhead: 0.075,
             cluster_endpoint: None,
             cluster_ca_bundle: None,
             cluster_service_cidr: None,

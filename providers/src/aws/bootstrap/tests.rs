@@ -173,17 +173,7 @@ fn custom_user_data_is_passed_untouched() {
 fn the_allocatable_offered_is_what_the_rendered_kubelet_config_implies() {
     const MIB: i64 = 1 << 20;
     const GIB: i64 = 1 << 30;
-    let shape = Shape {
-        name: "m5.2xlarge".into(),
-        vcpu: 8,
-        memory_mib: 32768,
-        architectures: vec!["amd64".into()],
-        gpus: Vec::new(),
-        max_enis: 4,
-        ipv4_per_eni: 15,
-        hypervisor: "nitro".into(),
-        bare_metal: false,
-    };
+    let shape = Shape::nitro("m5.2xlarge", 8, 32768);
     let root_gib = 50;
     let (c, l, t) = (cluster(), labels(), taints());
     let configs = [
@@ -219,7 +209,8 @@ fn the_allocatable_offered_is_what_the_rendered_kubelet_config_implies() {
                 let (slot, v) = Resources::parse_quantity(name, q).unwrap();
                 reserved.set(slot, reserved.get(slot) + v);
             }
-            let memory = shape.memory_mib * MIB;
+            // EC2's figure less the hypervisor's 7.5%, rounded up to the MiB.
+            let memory = (shape.memory_mib - (shape.memory_mib as f64 * 0.075).ceil() as i64) * MIB;
             let storage = root_gib * GIB;
             let signal = |v: Option<&String>, capacity: i64, default: i64| match v {
                 Some(v) if v.ends_with('%') => {
@@ -238,7 +229,7 @@ fn the_allocatable_offered_is_what_the_rendered_kubelet_config_implies() {
                 .with(ResourceName::PODS, pods)
                 .with(ResourceName::EPHEMERAL_STORAGE, storage);
             let implied = capacity.sub(&reserved).sub(&eviction);
-            let offered = catalog::instance_type(&shape, root_gib, &k, family, Vec::new()).allocatable();
+            let offered = catalog::instance_type(&shape, root_gib, &k, family, 0.075, Vec::new()).allocatable();
             assert_eq!(offered, implied, "{family:?} {config}");
         }
     }
