@@ -647,13 +647,21 @@ fn the_aws_provider_launches_claims_from_ec2_node_classes_it_watches() {
         let image = image.send().await.unwrap().image_id().unwrap().to_owned();
         let t = ec2::Tag::builder().key("tenon-e2e").value(&id).build();
         ec2.create_tags().resources(&image).tags(t).send().await.unwrap();
+        // The nodes' role: the operator makes an instance profile for it.
+        aws_sdk_iam::Client::new(&conf)
+            .create_role()
+            .role_name(format!("KarpenterNodeRole-{id}"))
+            .assume_role_policy_document(r#"{"Version":"2012-10-17","Statement":[]}"#)
+            .send()
+            .await
+            .unwrap();
     });
     let manifests = format!(
         r#"apiVersion: karpenter.k8s.aws/v1
 kind: EC2NodeClass
 metadata: {{name: {id}}}
 spec:
-  role: KarpenterNodeRole-e2e
+  role: KarpenterNodeRole-{id}
   amiSelectorTerms: [{{tags: {{tenon-e2e: {id}}}}}]
   subnetSelectorTerms: [{{tags: {{tenon-e2e: {id}}}}}]
   securityGroupSelectorTerms: [{{tags: {{tenon-e2e: {id}}}}}]
@@ -711,7 +719,14 @@ spec:
         assert!(has_condition(&class, condition, "True"), "{condition}: {class}");
     }
     assert_eq!(class["status"]["subnets"][0]["zone"], "us-east-1a", "{class}");
-    assert_eq!(class["status"]["instanceProfile"], "KarpenterNodeRole-e2e", "{class}");
+    // The instance profile the operator made for the role, holding it.
+    let profile = class["status"]["instanceProfile"].as_str().unwrap_or_default().to_owned();
+    assert!(profile.starts_with(&format!("{id}_")), "{class}");
+    let got =
+        rt.block_on(aws_sdk_iam::Client::new(&conf).get_instance_profile().instance_profile_name(&profile).send());
+    let roles: Vec<String> =
+        got.unwrap().instance_profile().unwrap().roles().iter().map(|r| r.role_name().to_owned()).collect();
+    assert_eq!(roles, [format!("KarpenterNodeRole-{id}")]);
     assert!(class["metadata"]["finalizers"].to_string().contains("karpenter.k8s.aws/termination"), "{class}");
     // Deleted while a claim uses it, the class stays.
     ok(&kubectl(&["delete", "ec2nodeclass", &id, "--wait=false"], ""), "deleting the class");

@@ -407,6 +407,11 @@ async fn create_fleet_launches_tagged_instances_from_a_launch_template() {
     let lts = launch_templates(&env).await;
     let lt = &lts[0];
     assert!(lt.launch_template_name().unwrap().starts_with(&format!("tenon/{}/", env.cluster)));
+    let lt_tags: BTreeMap<String, String> =
+        lt.tags().iter().map(|t| (t.key().unwrap().to_owned(), t.value().unwrap().to_owned())).collect();
+    assert_eq!(lt_tags["eks:eks-cluster-name"], env.cluster, "{lt_tags:?}");
+    assert_eq!(lt_tags[TAG_NODE_POOL], "default");
+    assert_eq!(lt_tags[TAG_NODE_CLASS], env.class_name());
     let data = template_data(&env, lt).await;
     assert_eq!(data.image_id(), Some(env.ami.as_str()));
     assert_eq!(data.security_group_ids(), std::slice::from_ref(&env.security_group));
@@ -694,14 +699,15 @@ async fn the_node_class_status_has_a_condition_for_each_part_and_ready_over_them
     assert_eq!((profile.0, profile.1.as_str()), (ConditionStatus::False, "InstanceProfileNotFound"));
     let ready = condition(&status, "Ready").unwrap();
     assert_eq!(ready.0, ConditionStatus::False);
-    // With a role, Ready; the conditions that held keep their transition times.
+    // With a role, Ready: its instance profile is made; the conditions that held keep their transition times.
+    let role = create_role(&env).await;
     let mut class = env.node_class();
-    class.spec.role = Some("KarpenterNodeRole".into());
+    class.spec.role = Some(role);
     class.status = Some(status.clone());
     p.apply_node_class(class.clone()).unwrap();
     let ready_status = p.node_class_status(&class).await;
-    assert_eq!(condition(&ready_status, "Ready").map(|c| c.0), Some(ConditionStatus::True));
-    assert_eq!(ready_status.instance_profile.as_deref(), Some("KarpenterNodeRole"));
+    assert_eq!(condition(&ready_status, "Ready").map(|c| c.0), Some(ConditionStatus::True), "{ready_status:?}");
+    assert_eq!(ready_status.instance_profile, Some(p.instance_profile_name(&env.class_name())));
     assert_eq!(condition(&ready_status, "SubnetsReady").unwrap().2, condition(&status, "SubnetsReady").unwrap().2);
     // Subnets that match nothing: SubnetsReady and Ready are False, with the reason.
     class.spec.subnet_selector_terms[0].tags = [("tenon-test".to_owned(), "nobody".to_owned())].into();
@@ -717,6 +723,78 @@ async fn the_node_class_status_has_a_condition_for_each_part_and_ready_over_them
     let validation = condition(&status, "ValidationSucceeded").unwrap();
     assert_eq!((validation.0, validation.1.as_str()), (ConditionStatus::False, "ValidationFailed"));
     assert_eq!(condition(&status, "Ready").map(|c| c.0), Some(ConditionStatus::False));
+}
+
+/// An IAM role for this test's nodes.
+async fn create_role(env: &Env) -> String {
+    let iam = aws_sdk_iam::Client::new(&sdk_config().await);
+    let name = format!("KarpenterNodeRole-{}", env.cluster);
+    iam.create_role()
+        .role_name(&name)
+        .path("/eks/")
+        .assume_role_policy_document(r#"{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Principal":{"Service":"ec2.amazonaws.com"},"Action":"sts:AssumeRole"}]}"#)
+        .send()
+        .await
+        .unwrap();
+    name
+}
+
+/// moto: a class naming a `role` (here as an ARN with a path, as Karpenter accepts it) launches with an
+/// instance profile tenon made for it, holding that role; a new role replaces the old in the profile; the
+/// profile goes with the class. A class naming `instanceProfile` uses it as it is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_role_gets_an_instance_profile_that_goes_with_its_class() {
+    let env = Env::new("profile").await;
+    let iam = aws_sdk_iam::Client::new(&sdk_config().await);
+    let role = create_role(&env).await;
+    let p = env.provider().await;
+    let mut class = env.node_class();
+    class.spec.role = Some(format!("arn:aws:iam::123456789012:role/eks/{role}"));
+    p.apply_node_class(class.clone()).unwrap();
+    let (_, status) = p.resolve_node_class(&env.class_name()).await.unwrap();
+    let profile = p.instance_profile_name(&env.class_name());
+    assert_eq!(status.instance_profile.as_deref(), Some(profile.as_str()));
+    let got = iam.get_instance_profile().instance_profile_name(&profile).send().await.unwrap();
+    let roles: Vec<&str> = got.instance_profile().unwrap().roles().iter().map(|r| r.role_name()).collect();
+    assert_eq!(roles, [role.as_str()]);
+    let claim = env.claim("profile-1", vec![req(labels::INSTANCE_TYPE, &["m5.large"])]);
+    let i = p.create(&claim, &LaunchOptions::default()).await.unwrap();
+    let data = template_data(&env, &launch_templates(&env).await[0]).await;
+    assert_eq!(data.iam_instance_profile().and_then(|p| p.name()), Some(profile.as_str()));
+    p.delete(&with_provider_id(claim, &i.provider_id)).await.unwrap();
+
+    // The class's role changes: the profile now holds the new one only.
+    let other = format!("{role}-2");
+    iam.create_role()
+        .role_name(&other)
+        .assume_role_policy_document(r#"{"Version":"2012-10-17","Statement":[]}"#)
+        .send()
+        .await
+        .unwrap();
+    class.spec.role = Some(other.clone());
+    p.apply_node_class(class.clone()).unwrap();
+    p.resolve_node_class(&env.class_name()).await.unwrap();
+    let got = iam.get_instance_profile().instance_profile_name(&profile).send().await.unwrap();
+    let roles: Vec<&str> = got.instance_profile().unwrap().roles().iter().map(|r| r.role_name()).collect();
+    assert_eq!(roles, [other.as_str()]);
+
+    // A role IAM does not know: the class is not ready, naming the field.
+    class.spec.role = Some("NoSuchRole".into());
+    p.apply_node_class(class.clone()).unwrap();
+    let err = p.resolve_node_class(&env.class_name()).await.unwrap_err();
+    assert!(err.to_string().contains("spec.role"), "{err}");
+
+    // The class goes, and its profile with it.
+    p.delete_node_class(&env.class_name()).await.unwrap();
+    let gone = iam.get_instance_profile().instance_profile_name(&profile).send().await;
+    assert!(gone.is_err_and(|e| e.into_service_error().is_no_such_entity_exception()));
+
+    // An instance profile of the user's own is used untouched.
+    let mut own = env.node_class();
+    own.spec.instance_profile = Some("my-profile".into());
+    p.apply_node_class(own).unwrap();
+    let (_, status) = p.resolve_node_class(&env.class_name()).await.unwrap();
+    assert_eq!(status.instance_profile.as_deref(), Some("my-profile"));
 }
 
 /// moto: an `alias` term finds the EKS-named image of its version (the owner is configurable: here

@@ -14,7 +14,7 @@ use tenon_core::cloud::{CapacityType, CloudError};
 use super::bootstrap::{self, ClusterInfo};
 use super::kubelet::AmiFamily;
 use super::nodeclass::{EC2NodeClass, EC2NodeClassStatus, ResolvedAmi};
-use super::provider::{AwsProvider, TAG_NODE_CLASS, filter, sdk_error, tag};
+use super::provider::{AwsProvider, TAG_EKS_CLUSTER, TAG_NODE_CLASS, TAG_NODE_POOL, filter, sdk_error, tag};
 
 impl AwsProvider {
     /// What nodes need of the cluster: the settings' endpoint, CA bundle and service CIDR, with what they
@@ -172,13 +172,16 @@ impl AwsProvider {
         format!("{}{data}", self.launch_template_prefix(class, status, ami))
     }
 
-    /// The launch template for (NodeClass, AMI, user data, security groups), created when missing.
+    /// The launch template for (NodeClass, AMI, user data, security groups), created when missing, tagged
+    /// as tag-scoped IAM policies expect: the cluster, `eks:eks-cluster-name`, the class and the pool
+    /// (`pool`, whose claims' user data it carries).
     pub(super) async fn ensure_launch_template(
         &self,
         class: &EC2NodeClass,
         status: &EC2NodeClassStatus,
         ami: &ResolvedAmi,
         user_data: &str,
+        pool: &str,
     ) -> Result<String, CloudError> {
         let name = self.launch_template_name(class, status, ami, user_data);
         if self.state().templates.contains(&name) {
@@ -195,7 +198,9 @@ impl AwsProvider {
             let mut tags = ec2::TagSpecification::builder()
                 .resource_type(ec2::ResourceType::LaunchTemplate)
                 .tags(tag(&self.cluster_tag(), "owned"))
-                .tags(tag(TAG_NODE_CLASS, class.name()));
+                .tags(tag(TAG_NODE_CLASS, class.name()))
+                .tags(tag(TAG_EKS_CLUSTER, &self.settings.cluster_name))
+                .tags(tag(TAG_NODE_POOL, pool));
             for (k, v) in &class.spec.tags {
                 tags = tags.tags(tag(k, v));
             }

@@ -12,6 +12,7 @@
 pub mod bootstrap;
 pub mod catalog;
 pub mod events;
+mod instance_profile;
 pub mod kubelet;
 mod launch_template;
 pub mod nodeclass;

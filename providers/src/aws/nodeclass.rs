@@ -408,6 +408,25 @@ impl EC2NodeClass {
     pub fn validate(&self) -> Result<(), String> {
         let s = &self.spec;
         let name = self.name();
+        // The tags tenon owns: a user tag on one of these would make instances look like another
+        // cluster's, pool's or claim's.
+        for key in s.tags.keys() {
+            let reserved = key.is_empty()
+                || key.starts_with("kubernetes.io/cluster")
+                || [
+                    "eks:eks-cluster-name",
+                    "karpenter.sh/nodepool",
+                    "karpenter.sh/nodeclaim",
+                    "karpenter.k8s.aws/ec2nodeclass",
+                ]
+                .contains(&key.as_str());
+            if reserved {
+                return Err(format!("EC2NodeClass/{name}: spec.tags: {key:?} is a tag tenon sets itself"));
+            }
+        }
+        s.family().map_err(|e| format!("EC2NodeClass/{name}: {e}"))?;
+        s.kubelet().map_err(|e| format!("EC2NodeClass/{name}: {e}"))?;
+        s.raid0().map_err(|e| format!("EC2NodeClass/{name}: {e}"))?;
         if s.role.is_some() && s.instance_profile.is_some() {
             return Err(format!("EC2NodeClass/{name}: spec.role and spec.instanceProfile are mutually exclusive"));
         }
@@ -421,10 +440,17 @@ impl EC2NodeClass {
             return Err(format!("EC2NodeClass/{name}: spec.amiSelectorTerms is empty"));
         }
         for (i, t) in s.ami_selector_terms.iter().enumerate() {
-            let kinds = [t.alias.is_some(), t.id.is_some(), t.name.is_some(), !t.tags.is_empty()];
-            if kinds.iter().filter(|k| **k).count() != 1 {
+            // As Karpenter's CRD has it: `alias` and `id` stand alone; `name` (with an optional `owner`) and
+            // `tags` may go together.
+            let others = t.name.is_some() || !t.tags.is_empty() || t.owner.is_some();
+            let ok = match (t.alias.is_some(), t.id.is_some()) {
+                (true, false) | (false, true) => !others,
+                (false, false) => t.name.is_some() || !t.tags.is_empty(),
+                (true, true) => false,
+            };
+            if !ok {
                 return Err(format!(
-                    "EC2NodeClass/{name}: spec.amiSelectorTerms[{i}] must set exactly one of alias, id, name, tags"
+                    "EC2NodeClass/{name}: spec.amiSelectorTerms[{i}] must set alias alone, id alone, or name and/or tags"
                 ));
             }
             if let Some(alias) = &t.alias {
@@ -590,5 +616,25 @@ mod tests {
         assert!(nc.validate().unwrap_err().contains("mutually exclusive"));
         assert!(parse_alias("windows@latest").is_err());
         assert_eq!(parse_alias("al2023").unwrap().version, "latest");
+        // Karpenter accepts a name with tags; an alias or an id stands alone.
+        nc.spec.instance_profile = None;
+        nc.spec.ami_selector_terms[0] =
+            serde_json::from_value(serde_json::json!({"name": "eks-*", "tags": {"team": "ml"}})).unwrap();
+        nc.validate().unwrap();
+        nc.spec.ami_selector_terms[0].id = Some("ami-1".into());
+        assert!(nc.validate().unwrap_err().contains("amiSelectorTerms[0]"));
+        nc.spec.ami_selector_terms[0].id = None;
+        // Tags tenon owns, and bad family or kubelet values, are refused at once, naming the field.
+        for (key, field) in [("eks:eks-cluster-name", "spec.tags"), ("kubernetes.io/cluster/prod", "spec.tags")] {
+            let mut bad = nc.clone();
+            bad.spec.tags.insert(key.into(), "x".into());
+            assert!(bad.validate().unwrap_err().contains(field), "{key}");
+        }
+        let mut bad = nc.clone();
+        bad.spec.ami_family = Some("Windows2022".into());
+        assert!(bad.validate().unwrap_err().contains("spec.amiFamily"));
+        let mut bad = nc.clone();
+        bad.spec.kubelet = serde_json::json!({"maxPods": "lots"}).as_object().cloned();
+        assert!(bad.validate().unwrap_err().contains("spec.kubelet.maxPods"));
     }
 }

@@ -87,6 +87,8 @@ pub(super) struct State {
     on_demand: Option<Cached<HashMap<String, f64>>>,
     pub(super) templates: BTreeSet<String>,
     pub(super) cluster: Option<Arc<ClusterInfo>>,
+    /// The instance profiles made for classes' roles: profile → the role it holds.
+    pub(super) profiles: HashMap<String, String>,
     quota: HashMap<QuotaKey, Timestamp>,
     unavailable: Option<Arc<UnavailableOfferings>>,
     queue_url: Option<String>,
@@ -99,6 +101,7 @@ pub struct AwsProvider {
     pub(super) ec2: aws_sdk_ec2::Client,
     sqs: aws_sdk_sqs::Client,
     pub(super) eks: aws_sdk_eks::Client,
+    pub(super) iam: aws_sdk_iam::Client,
     clock: SharedClock,
     state: Mutex<State>,
 }
@@ -202,15 +205,18 @@ impl AwsProvider {
         let mut ec2_conf = aws_sdk_ec2::config::Builder::from(config);
         let mut sqs_conf = aws_sdk_sqs::config::Builder::from(config);
         let mut eks_conf = aws_sdk_eks::config::Builder::from(config);
+        let mut iam_conf = aws_sdk_iam::config::Builder::from(config);
         if let Some(r) = &settings.region {
             ec2_conf = ec2_conf.region(aws_sdk_ec2::config::Region::new(r.clone()));
             sqs_conf = sqs_conf.region(aws_sdk_sqs::config::Region::new(r.clone()));
             eks_conf = eks_conf.region(aws_sdk_eks::config::Region::new(r.clone()));
+            iam_conf = iam_conf.region(aws_sdk_iam::config::Region::new(r.clone()));
         }
         if let Some(e) = &settings.endpoint_url {
             ec2_conf = ec2_conf.endpoint_url(e.clone());
             sqs_conf = sqs_conf.endpoint_url(e.clone());
             eks_conf = eks_conf.endpoint_url(e.clone());
+            iam_conf = iam_conf.endpoint_url(e.clone());
         }
         let region = settings
             .region
@@ -223,6 +229,7 @@ impl AwsProvider {
             ec2: aws_sdk_ec2::Client::from_conf(ec2_conf.build()),
             sqs: aws_sdk_sqs::Client::from_conf(sqs_conf.build()),
             eks: aws_sdk_eks::Client::from_conf(eks_conf.build()),
+            iam: aws_sdk_iam::Client::from_conf(iam_conf.build()),
             clock: Arc::new(SystemClock),
             state: Mutex::new(State::default()),
         }
@@ -309,7 +316,8 @@ impl AwsProvider {
             st.classes.remove(name);
             st.resolved.remove(name);
         }
-        self.delete_launch_templates(name, &BTreeSet::new()).await
+        self.delete_launch_templates(name, &BTreeSet::new()).await?;
+        self.delete_instance_profile(name).await
     }
 
     fn class_name<'a>(&self, r: Option<&'a NodeClassRef>, object: &str) -> Result<&'a str, CloudError> {
@@ -335,7 +343,7 @@ impl AwsProvider {
             subnets: subnets?,
             security_groups: security_groups?,
             amis: amis?,
-            instance_profile: class.spec.instance_profile.clone().or_else(|| class.spec.role.clone()),
+            instance_profile: self.ensure_instance_profile(&class).await?,
             conditions: Vec::new(),
         };
         Ok((class.clone(), self.remember_resolution(name, &class, status).await))
@@ -377,12 +385,15 @@ impl AwsProvider {
             Some(s) => (Ok(s.subnets.clone()), Ok(s.security_groups.clone()), Ok(s.amis.clone())),
             None => self.resolve_parts(class).await,
         };
-        let instance_profile = class.spec.instance_profile.clone().or_else(|| class.spec.role.clone());
+        let (instance_profile, profile_error) = match self.ensure_instance_profile(class).await {
+            Ok(Some(p)) => (Some(p), None),
+            Ok(None) => (None, Some("neither spec.role nor spec.instanceProfile is set".to_owned())),
+            Err(e) => (previous.instance_profile.clone(), Some(e.to_string())),
+        };
         set(SUBNETS_READY, subnets.as_ref().err().map(ToString::to_string), "SubnetsNotFound");
         set(SECURITY_GROUPS_READY, security_groups.as_ref().err().map(ToString::to_string), "SecurityGroupsNotFound");
         set(AMIS_READY, amis.as_ref().err().map(ToString::to_string), "AMIsNotFound");
-        let no_profile = instance_profile.is_none().then(|| "neither spec.role nor spec.instanceProfile is set".into());
-        set(INSTANCE_PROFILE_READY, no_profile, "InstanceProfileNotFound");
+        set(INSTANCE_PROFILE_READY, profile_error, "InstanceProfileNotFound");
         let ready = unready.is_empty();
         if ready {
             set_condition(&mut conditions, READY, ConditionStatus::True, READY, "", now);
@@ -1266,7 +1277,8 @@ impl CloudProvider for AwsProvider {
         let user_data = self.user_data(&class, claim, capacity_type).await?;
         let mut configs: Vec<(String, Vec<&Override>)> = Vec::with_capacity(by_ami.len());
         for ovs in by_ami.into_values() {
-            let lt = self.ensure_launch_template(&class, &status, &ovs[0].ami, &user_data).await?;
+            let pool = claim.node_pool().unwrap_or_default();
+            let lt = self.ensure_launch_template(&class, &status, &ovs[0].ami, &user_data, pool).await?;
             configs.push((lt, ovs));
         }
         let tags = self.launch_tags(claim, &class);
