@@ -1175,7 +1175,28 @@ impl AwsProvider {
                 }
             }
         }
-        // Spot when the claim allows it and any spot offering is left.
+        // GPU and bare-metal types serve the claims that need them: while an ordinary type fits, they are
+        // left out (Karpenter's `filterExoticInstanceTypes`), so a CPU pod never lands on a GPU by price.
+        // Neither filter applies to a claim with minValues, whose flexibility they could break.
+        let min_values = claim.spec.requirements.iter().any(|r| r.min_values.is_some());
+        let exotic = |it: &InstanceType| {
+            it.labels.contains_key(catalog::LABEL_GPU_COUNT)
+                || it.labels.get(catalog::LABEL_INSTANCE_SIZE).is_some_and(|s| s.contains("metal"))
+        };
+        if !min_values && candidates.iter().any(|(it, _)| !exotic(it)) {
+            candidates.retain(|(it, _)| !exotic(it));
+        }
+        // Spot dearer than the cheapest on-demand offering the claim could have is never worth its
+        // interruptions (Karpenter's `filterUnwantedSpot`); then spot when the claim allows it and any spot
+        // offering is left.
+        let cheapest_on_demand = candidates
+            .iter()
+            .filter(|(_, o)| o.capacity_type == CapacityType::OnDemand)
+            .map(|(_, o)| o.price)
+            .min_by(f64::total_cmp);
+        candidates.retain(|(_, o)| {
+            min_values || o.capacity_type != CapacityType::Spot || cheapest_on_demand.is_none_or(|od| o.price <= od)
+        });
         let capacity_type = if candidates.iter().any(|(_, o)| o.capacity_type == CapacityType::Spot) {
             CapacityType::Spot
         } else {
@@ -1659,6 +1680,55 @@ mod tests {
     }
 
     #[test]
+    fn gpu_and_metal_types_are_left_to_the_claims_that_need_them() {
+        let p = provider();
+        let at = |price: f64| vec![Offering::new("a", CapacityType::OnDemand, price)];
+        let cheap_gpu = catalog::instance_type(
+            &shape("g4dn.xlarge", 4, 1),
+            20,
+            &Kubelet::default(),
+            AmiFamily::Al2023,
+            0.0,
+            at(0.5),
+        );
+        let metal =
+            catalog::instance_type(&shape("m5.metal", 96, 0), 20, &Kubelet::default(), AmiFamily::Al2023, 0.0, at(0.6));
+        let cpu =
+            catalog::instance_type(&shape("m5.xlarge", 4, 0), 20, &Kubelet::default(), AmiFamily::Al2023, 0.0, at(1.0));
+        let types = vec![cheap_gpu.clone(), metal, cpu];
+        let claim = NodeClaim::new("c", NodeClaimSpec::default());
+        let (_, overrides) = p.plan_overrides(&claim, &LaunchOptions::default(), &types, &status()).unwrap();
+        let names: BTreeSet<&str> = overrides.iter().map(|o| o.key.instance_type.as_str()).collect();
+        assert_eq!(names, BTreeSet::from(["m5.xlarge"]), "the GPU and metal types are cheaper, but not wanted");
+        // A claim asking for a GPU gets the GPU type.
+        let mut gpu_claim = NodeClaim::new("g", NodeClaimSpec::default());
+        gpu_claim.spec.resources.requests =
+            Resources::ZERO.with(tenon_core::resources::ResourceName::NVIDIA_GPU, 1).to_resource_list();
+        let (_, overrides) = p.plan_overrides(&gpu_claim, &LaunchOptions::default(), &[cheap_gpu], &status()).unwrap();
+        assert_eq!(overrides[0].key.instance_type, "g4dn.xlarge");
+    }
+
+    #[test]
+    fn spot_dearer_than_the_cheapest_on_demand_is_never_launched() {
+        let p = provider();
+        let it = |name: &str, od: f64, spot: f64| {
+            let offerings =
+                vec![Offering::new("a", CapacityType::OnDemand, od), Offering::new("a", CapacityType::Spot, spot)];
+            catalog::instance_type(&shape(name, 2, 0), 20, &Kubelet::default(), AmiFamily::Al2023, 0.0, offerings)
+        };
+        let claim = NodeClaim::new("c", NodeClaimSpec::default());
+        let types = vec![it("dear.large", 0.40, 0.50), it("cheap.large", 1.00, 0.30)];
+        let (ct, overrides) = p.plan_overrides(&claim, &LaunchOptions::default(), &types, &status()).unwrap();
+        assert_eq!(ct, CapacityType::Spot);
+        let names: Vec<&str> = overrides.iter().map(|o| o.key.instance_type.as_str()).collect();
+        assert_eq!(names, ["cheap.large"], "dear.large's spot (0.50) costs more than its on-demand (0.40)");
+        // When every spot offering is dearer, the claim launches on-demand.
+        let types = vec![it("dear.large", 0.40, 0.50)];
+        let (ct, _) = p.plan_overrides(&claim, &LaunchOptions::default(), &types, &status()).unwrap();
+        assert_eq!(ct, CapacityType::OnDemand);
+    }
+
+    #[test]
     fn overrides_are_the_cheapest_sixty_types_in_every_zonal_subnet() {
         let p = provider();
         // 100 types, each on-demand and spot in zones a and b; type i costs i + 1 (spot: half).
@@ -1667,8 +1737,8 @@ mod tests {
                 let offerings = ["a", "b"]
                     .iter()
                     .flat_map(|z| {
-                        let od = f64::from(i + 1);
-                        [Offering::new(*z, CapacityType::OnDemand, od), Offering::new(*z, CapacityType::Spot, od / 2.0)]
+                        let (od, spot) = (100.0 + f64::from(i), f64::from(i + 1) / 2.0);
+                        [Offering::new(*z, CapacityType::OnDemand, od), Offering::new(*z, CapacityType::Spot, spot)]
                     })
                     .collect();
                 catalog::instance_type(
@@ -1742,11 +1812,15 @@ mod tests {
                 offerings,
             ),
         ];
-        let claim = NodeClaim::new("c", NodeClaimSpec::default());
-        let (_, overrides) = p.plan_overrides(&claim, &LaunchOptions::default(), &types, &status()).unwrap();
-        let ami_of = |t: &str| overrides.iter().find(|o| o.key.instance_type == t).unwrap().ami.id.clone();
-        assert_eq!(ami_of("g6.xlarge"), "ami-gpu");
-        assert_eq!(ami_of("m6i.xlarge"), "ami-std");
+        let ami_of = |claim: &NodeClaim, t: &str| {
+            let (_, overrides) = p.plan_overrides(claim, &LaunchOptions::default(), &types, &status()).unwrap();
+            overrides.iter().find(|o| o.key.instance_type == t).unwrap().ami.id.clone()
+        };
+        let mut gpu = NodeClaim::new("g", NodeClaimSpec::default());
+        gpu.spec.resources.requests =
+            Resources::ZERO.with(tenon_core::resources::ResourceName::NVIDIA_GPU, 1).to_resource_list();
+        assert_eq!(ami_of(&gpu, "g6.xlarge"), "ami-gpu");
+        assert_eq!(ami_of(&NodeClaim::new("c", NodeClaimSpec::default()), "m6i.xlarge"), "ami-std");
     }
 
     #[test]
