@@ -89,6 +89,10 @@ pub(super) struct State {
     pub(super) cluster: Option<Arc<ClusterInfo>>,
     /// The instance profiles made for classes' roles: profile → the role it holds.
     pub(super) profiles: HashMap<String, String>,
+    /// Addresses taken in each subnet by launches since its free count was last read.
+    subnet_used: HashMap<String, i32>,
+    /// Subnets a launch found out of addresses, until their free count is read again.
+    subnet_exhausted: BTreeSet<String>,
     quota: HashMap<QuotaKey, Timestamp>,
     unavailable: Option<Arc<UnavailableOfferings>>,
     queue_url: Option<String>,
@@ -443,6 +447,14 @@ impl AwsProvider {
         status: EC2NodeClassStatus,
     ) -> Arc<EC2NodeClassStatus> {
         let status = Arc::new(status);
+        {
+            // Fresh free-address counts: what launches took and found is in them now.
+            let mut st = self.state();
+            for s in &status.subnets {
+                st.subnet_used.remove(&s.id);
+                st.subnet_exhausted.remove(&s.id);
+            }
+        }
         self.state().resolved.insert(name.to_owned(), ResolvedClass { at: self.now(), status: status.clone() });
         let keep: BTreeSet<String> =
             status.amis.iter().map(|a| self.launch_template_prefix(class, &status, a)).collect();
@@ -1151,11 +1163,20 @@ impl AwsProvider {
         let requests = Resources::from_resource_list(&claim.spec.resources.requests).map_err(|e| {
             CloudError::Create { reason: "InvalidRequests".into(), message: format!("NodeClaim/{}: {e}", claim.name()) }
         })?;
+        // One subnet per zone: the one with the most free addresses, counting those launches took since they
+        // were read; one a launch found out of addresses goes last, so the zone keeps its other subnets.
+        let free = {
+            let st = self.state();
+            let free_of = |s: &ResolvedSubnet| {
+                let exhausted = st.subnet_exhausted.contains(&s.id);
+                let used = st.subnet_used.get(&s.id).copied().unwrap_or(0);
+                (!exhausted, s.available_ips.unwrap_or(0) - used)
+            };
+            status.subnets.iter().map(|s| (s.id.clone(), free_of(s))).collect::<HashMap<String, (bool, i32)>>()
+        };
         let mut subnet_of: BTreeMap<&str, &ResolvedSubnet> = BTreeMap::new();
         for s in &status.subnets {
-            let better = subnet_of
-                .get(s.zone.as_str())
-                .is_none_or(|cur| s.available_ips.unwrap_or(0) > cur.available_ips.unwrap_or(0));
+            let better = subnet_of.get(s.zone.as_str()).is_none_or(|cur| free[&s.id] > free[&cur.id]);
             if better {
                 subnet_of.insert(&s.zone, s);
             }
@@ -1376,10 +1397,22 @@ impl CloudProvider for AwsProvider {
             match (code.as_str(), &key) {
                 ("VcpuLimitExceeded", Some(k)) => self.block_quota(ct, catalog::quota_bucket(&k.instance_type)),
                 ("MaxSpotInstanceCountExceeded", _) => self.block_quota(CapacityType::Spot, "*"),
+                ("InsufficientFreeAddressesInSubnet", _) => {
+                    if let Some(subnet) = ov.and_then(|o| o.subnet_id()) {
+                        self.state().subnet_exhausted.insert(subnet.to_owned());
+                    }
+                }
                 _ => {}
             }
             if let Some(k) = key {
-                self.mark_unavailable(&k);
+                // A subnet out of addresses blocks its zone only when the zone has no other subnet left.
+                let other_subnet = code == "InsufficientFreeAddressesInSubnet" && {
+                    let st = self.state();
+                    status.subnets.iter().any(|s| s.zone == k.zone && !st.subnet_exhausted.contains(&s.id))
+                };
+                if !other_subnet {
+                    self.mark_unavailable(&k);
+                }
                 if !failed.contains(&k) {
                     failed.push(k);
                 }
@@ -1426,6 +1459,11 @@ impl CloudProvider for AwsProvider {
         };
         let chosen =
             overrides.iter().find(|o| o.key.instance_type == itype && o.key.zone == zone && o.key.capacity_type == ct);
+        if let Some(subnet) =
+            ov.and_then(|o| o.subnet_id()).map(str::to_owned).or_else(|| chosen.map(|c| c.subnet.clone()))
+        {
+            *self.state().subnet_used.entry(subnet).or_default() += 1;
+        }
         let it = types.iter().find(|t| t.name == itype);
         let mut node_labels = it.map(|t| t.labels.clone()).unwrap_or_default();
         node_labels.insert(labels::INSTANCE_TYPE.to_owned(), itype.clone());
@@ -1706,6 +1744,36 @@ mod tests {
             Resources::ZERO.with(tenon_core::resources::ResourceName::NVIDIA_GPU, 1).to_resource_list();
         let (_, overrides) = p.plan_overrides(&gpu_claim, &LaunchOptions::default(), &[cheap_gpu], &status()).unwrap();
         assert_eq!(overrides[0].key.instance_type, "g4dn.xlarge");
+    }
+
+    #[test]
+    fn subnets_are_chosen_by_free_addresses_less_those_launches_took_and_exhausted_ones_go_last() {
+        let p = provider();
+        let it = catalog::instance_type(
+            &shape("m5.large", 2, 0),
+            20,
+            &Kubelet::default(),
+            AmiFamily::Al2023,
+            0.0,
+            vec![Offering::new("a", CapacityType::OnDemand, 0.1)],
+        );
+        let claim = NodeClaim::new("c", NodeClaimSpec::default());
+        let subnet_in_a = || {
+            let (_, o) =
+                p.plan_overrides(&claim, &LaunchOptions::default(), std::slice::from_ref(&it), &status()).unwrap();
+            o[0].subnet.clone()
+        };
+        assert_eq!(subnet_in_a(), "subnet-a2", "the most free addresses");
+        // Launches since the count was read took most of a2's addresses.
+        let free = |id: &str| status().subnets.iter().find(|s| s.id == id).unwrap().available_ips.unwrap();
+        p.state().subnet_used.insert("subnet-a2".into(), free("subnet-a2") - free("subnet-a1") + 1);
+        assert_eq!(subnet_in_a(), "subnet-a1");
+        p.state().subnet_used.clear();
+        // A launch found a2 out of addresses: a1 serves the zone until the counts are read again.
+        p.state().subnet_exhausted.insert("subnet-a2".into());
+        assert_eq!(subnet_in_a(), "subnet-a1");
+        p.state().subnet_exhausted.insert("subnet-a1".into());
+        assert!(!subnet_in_a().is_empty(), "a zone whose subnets are all exhausted is still tried");
     }
 
     #[test]
