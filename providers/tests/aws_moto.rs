@@ -582,6 +582,29 @@ async fn launch_templates_carry_kms_keys_default_volumes_and_metadata_options() 
     p.delete(&with_provider_id(c2, &i2.provider_id)).await.unwrap();
 }
 
+/// moto: a launch template deleted from outside is made again: the launch that meets it gone fails
+/// retryably, and the next launch recreates it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_launch_template_deleted_from_outside_is_made_again() {
+    let env = Env::new("ltgone").await;
+    let p = env.provider().await;
+    let c1 = env.claim("ltgone-1", vec![req(labels::INSTANCE_TYPE, &["m5.large"])]);
+    let i1 = p.create(&c1, &LaunchOptions::default()).await.unwrap();
+    for lt in launch_templates(&env).await {
+        env.ec2.delete_launch_template().launch_template_id(lt.launch_template_id().unwrap()).send().await.unwrap();
+    }
+    let c2 = env.claim("ltgone-2", vec![req(labels::INSTANCE_TYPE, &["m5.large"])]);
+    match p.create(&c2, &LaunchOptions::default()).await {
+        Err(CloudError::Create { reason, .. }) => assert_eq!(reason, "LaunchTemplateNotFound"),
+        other => panic!("expected a retryable failure, got {other:?}"),
+    }
+    let i2 = p.create(&c2, &LaunchOptions::default()).await.unwrap();
+    assert_eq!(launch_templates(&env).await.len(), 1, "the template is back");
+    for (c, i) in [(c1, i1), (c2, i2)] {
+        p.delete(&with_provider_id(c, &i.provider_id)).await.unwrap();
+    }
+}
+
 /// moto: a class whose cluster facts cannot be found (no settings, no EKS cluster of that name) is not
 /// ready, and says what to set.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1374,8 +1374,24 @@ impl CloudProvider for AwsProvider {
                 ec2::TagSpecification::builder().resource_type(rt).set_tags(Some(tags.clone())).build(),
             );
         }
-        let resp =
-            req.send().await.map_err(|e| sdk_error(&format!("CreateFleet for NodeClaim/{}", claim.name()), e))?;
+        let resp = match req.send().await {
+            Ok(r) => r,
+            // A template deleted from outside: forgotten, so the retry makes it again.
+            Err(e) if e.code().is_some_and(|c| c.contains("LaunchTemplate") && c.contains("NotFound")) => {
+                let mut st = self.state();
+                for (lt, _) in &configs {
+                    st.templates.remove(lt);
+                }
+                return Err(CloudError::Create {
+                    reason: "LaunchTemplateNotFound".into(),
+                    message: format!(
+                        "NodeClaim/{}: CreateFleet: a launch template is gone; made again on retry",
+                        claim.name()
+                    ),
+                });
+            }
+            Err(e) => return Err(sdk_error(&format!("CreateFleet for NodeClaim/{}", claim.name()), e)),
+        };
 
         // Per-override errors arrive even on success: the failed offerings are unavailable for a while.
         let mut failed: Vec<OfferingKey> = Vec::new();
