@@ -997,6 +997,21 @@ async fn fleet_errors_mark_offerings_unavailable() {
     let g5 = types.iter().find(|t| t.name == "g5.xlarge").unwrap();
     assert!(g5.offerings.iter().all(|o| o.available), "the quota block expires with the TTL");
 
+    // The account cannot create the spot service-linked role: all spot is unavailable for a while, so the
+    // claim's retry falls back to on-demand.
+    env.clear_faults().await;
+    env.fail_fleet_overrides(Some("c5.large"), None, "AuthFailure.ServiceLinkedRoleCreationNotPermitted").await;
+    let claim = env.claim("slr", vec![req(labels::INSTANCE_TYPE, &["c5.large"])]);
+    assert!(matches!(p.create(&claim, &LaunchOptions::default()).await, Err(CloudError::InsufficientCapacity { .. })));
+    let types = p.instance_types(&env.pool()).await.unwrap();
+    assert!(
+        types.iter().flat_map(|t| &t.offerings).filter(|o| o.capacity_type == CapacityType::Spot).all(|o| !o.available)
+    );
+    env.clear_faults().await;
+    let i = p.create(&claim, &LaunchOptions::default()).await.unwrap();
+    assert_eq!(i.capacity_type, CapacityType::OnDemand, "spot stays blocked: on-demand");
+    p.delete(&with_provider_id(claim, &i.provider_id)).await.unwrap();
+
     // Some other error is a create error, not a capacity one.
     env.clear_faults().await;
     env.fail_fleet_overrides(Some("m5.xlarge"), None, "InvalidParameterValue").await;

@@ -40,7 +40,7 @@ pub const TAG_NODE_CLASS: &str = "karpenter.k8s.aws/ec2nodeclass";
 pub const TAG_EKS_CLUSTER: &str = "eks:eks-cluster-name";
 
 /// Fleet error codes that mean "no capacity here now" rather than a broken request.
-const UNFULFILLABLE: [&str; 8] = [
+const UNFULFILLABLE: [&str; 9] = [
     "InsufficientInstanceCapacity",
     "MaxSpotInstanceCountExceeded",
     "VcpuLimitExceeded",
@@ -49,6 +49,8 @@ const UNFULFILLABLE: [&str; 8] = [
     "InsufficientFreeAddressesInSubnet",
     "MaxFleetCountExceeded",
     "ReservationCapacityExceeded",
+    // The account cannot create the spot service-linked role: no spot launch can succeed until it exists.
+    "AuthFailure.ServiceLinkedRoleCreationNotPermitted",
 ];
 
 /// States of an instance that still exists.
@@ -1412,7 +1414,9 @@ impl CloudProvider for AwsProvider {
             }
             match (code.as_str(), &key) {
                 ("VcpuLimitExceeded", Some(k)) => self.block_quota(ct, catalog::quota_bucket(&k.instance_type)),
-                ("MaxSpotInstanceCountExceeded", _) => self.block_quota(CapacityType::Spot, "*"),
+                ("MaxSpotInstanceCountExceeded" | "AuthFailure.ServiceLinkedRoleCreationNotPermitted", _) => {
+                    self.block_quota(CapacityType::Spot, "*")
+                }
                 ("InsufficientFreeAddressesInSubnet", _) => {
                     if let Some(subnet) = ov.and_then(|o| o.subnet_id()) {
                         self.state().subnet_exhausted.insert(subnet.to_owned());
