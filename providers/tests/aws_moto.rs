@@ -369,6 +369,13 @@ async fn gpu_instance_types_are_parsed_with_eks_allocatable() {
     assert_eq!(a.get(ResourceName::EPHEMERAL_STORAGE), (80 << 30) - (1 << 30) - (8 << 30));
     assert!(by_name["m5.large"].capacity.get(ResourceName::NVIDIA_GPU) == 0);
     assert_eq!(by_name["m5.large"].labels.get(catalog::LABEL_GPU_NAME), None);
+    // The labels Karpenter derives from the rest of the description, so a requirement on one means something.
+    let m5 = &by_name["m5.large"].labels;
+    assert_eq!(m5[catalog::LABEL_CPU_MANUFACTURER], "intel");
+    assert_eq!(m5[catalog::LABEL_CPU_CLOCK], "3100");
+    assert_eq!(m5[catalog::LABEL_EBS_BANDWIDTH], "4750");
+    assert_eq!(m5[catalog::LABEL_ENCRYPTION_IN_TRANSIT], "false");
+    assert!(!m5.contains_key(catalog::LABEL_LOCAL_NVME), "no instance store");
 }
 
 /// moto: a CreateFleet launch lands as an instance with the ownership tags, from a launch template that

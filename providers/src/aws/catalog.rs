@@ -31,9 +31,19 @@ pub const LABEL_GPU_MANUFACTURER: &str = "karpenter.k8s.aws/instance-gpu-manufac
 pub const LABEL_GPU_COUNT: &str = "karpenter.k8s.aws/instance-gpu-count";
 /// Label: memory of one GPU in MiB.
 pub const LABEL_GPU_MEMORY: &str = "karpenter.k8s.aws/instance-gpu-memory";
+/// Label: the CPU's maker (`intel`, `amd`, `aws`).
+pub const LABEL_CPU_MANUFACTURER: &str = "karpenter.k8s.aws/instance-cpu-manufacturer";
+/// Label: the CPU's sustained clock speed in MHz.
+pub const LABEL_CPU_CLOCK: &str = "karpenter.k8s.aws/instance-cpu-sustained-clock-speed-mhz";
+/// Label: the local NVMe instance storage in GB.
+pub const LABEL_LOCAL_NVME: &str = "karpenter.k8s.aws/instance-local-nvme";
+/// Label: the maximum EBS bandwidth in Mbps.
+pub const LABEL_EBS_BANDWIDTH: &str = "karpenter.k8s.aws/instance-ebs-bandwidth";
+/// Label: whether traffic between instances is encrypted in transit (`true`, `false`).
+pub const LABEL_ENCRYPTION_IN_TRANSIT: &str = "karpenter.k8s.aws/instance-encryption-in-transit-supported";
 
 /// Every label key this provider sets, announced as well known.
-pub const WELL_KNOWN_LABELS: [&str; 11] = [
+pub const WELL_KNOWN_LABELS: [&str; 16] = [
     LABEL_INSTANCE_CATEGORY,
     LABEL_INSTANCE_FAMILY,
     LABEL_INSTANCE_GENERATION,
@@ -45,6 +55,11 @@ pub const WELL_KNOWN_LABELS: [&str; 11] = [
     LABEL_GPU_MANUFACTURER,
     LABEL_GPU_COUNT,
     LABEL_GPU_MEMORY,
+    LABEL_CPU_MANUFACTURER,
+    LABEL_CPU_CLOCK,
+    LABEL_LOCAL_NVME,
+    LABEL_EBS_BANDWIDTH,
+    LABEL_ENCRYPTION_IN_TRANSIT,
 ];
 
 /// The AMD GPU resource.
@@ -64,7 +79,7 @@ pub struct Gpu {
 }
 
 /// An EC2 instance type as `DescribeInstanceTypes` describes it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Shape {
     /// The type name (`p4d.24xlarge`).
     pub name: String,
@@ -84,6 +99,16 @@ pub struct Shape {
     pub hypervisor: String,
     /// Whether it is a bare-metal type.
     pub bare_metal: bool,
+    /// The CPU's maker, as EC2 names it (`Intel`).
+    pub cpu_manufacturer: Option<String>,
+    /// The CPU's sustained clock speed in MHz.
+    pub cpu_clock_mhz: Option<i64>,
+    /// Local NVMe instance storage in GB.
+    pub local_nvme_gb: Option<i64>,
+    /// The maximum EBS bandwidth in Mbps.
+    pub ebs_bandwidth_mbps: Option<i64>,
+    /// Whether traffic between instances is encrypted in transit.
+    pub encryption_in_transit: Option<bool>,
 }
 
 #[cfg(test)]
@@ -100,6 +125,7 @@ impl Shape {
             ipv4_per_eni: 15,
             hypervisor: "nitro".into(),
             bare_metal: false,
+            ..Default::default()
         }
     }
 }
@@ -197,6 +223,21 @@ pub fn shape_labels(shape: &Shape) -> BTreeMap<String, String> {
     put(LABEL_INSTANCE_CPU, shape.vcpu.to_string());
     put(LABEL_INSTANCE_MEMORY, shape.memory_mib.to_string());
     put(LABEL_INSTANCE_HYPERVISOR, shape.hypervisor.clone());
+    if let Some(m) = &shape.cpu_manufacturer {
+        put(LABEL_CPU_MANUFACTURER, m.to_ascii_lowercase());
+    }
+    if let Some(mhz) = shape.cpu_clock_mhz {
+        put(LABEL_CPU_CLOCK, mhz.to_string());
+    }
+    if let Some(gb) = shape.local_nvme_gb {
+        put(LABEL_LOCAL_NVME, gb.to_string());
+    }
+    if let Some(mbps) = shape.ebs_bandwidth_mbps {
+        put(LABEL_EBS_BANDWIDTH, mbps.to_string());
+    }
+    if let Some(e) = shape.encryption_in_transit {
+        put(LABEL_ENCRYPTION_IN_TRANSIT, e.to_string());
+    }
     if let Some(g) = shape.gpus.first() {
         put(LABEL_GPU_NAME, g.name.to_ascii_lowercase());
         put(LABEL_GPU_MANUFACTURER, g.manufacturer.to_ascii_lowercase());
@@ -293,8 +334,14 @@ mod tests {
             ipv4_per_eni: 15,
             hypervisor: "nitro".into(),
             bare_metal: false,
+            cpu_manufacturer: Some("AMD".into()),
+            local_nvme_gb: Some(250),
+            ..Default::default()
         };
         let it = instance_type(&shape, 20, &Kubelet::default(), AmiFamily::Al2023, 0.0, Vec::new());
+        assert_eq!(it.labels[LABEL_CPU_MANUFACTURER], "amd");
+        assert_eq!(it.labels[LABEL_LOCAL_NVME], "250");
+        assert!(!it.labels.contains_key(LABEL_EBS_BANDWIDTH), "a figure EC2 did not give is no label");
         assert_eq!(it.capacity.get(ResourceName::NVIDIA_GPU), 1);
         assert_eq!(it.labels[LABEL_GPU_NAME], "a10g");
         assert_eq!(it.labels[LABEL_INSTANCE_GENERATION], "5");

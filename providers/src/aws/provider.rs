@@ -1140,6 +1140,22 @@ pub fn shape_of(info: &ec2::InstanceTypeInfo) -> Result<Option<Shape>, CloudErro
         ipv4_per_eni: i64::from(ipv4),
         hypervisor: info.hypervisor().map(|h| h.as_str().to_owned()).unwrap_or_default(),
         bare_metal: info.bare_metal().unwrap_or(false),
+        cpu_manufacturer: info.processor_info().and_then(|p| p.manufacturer()).map(str::to_owned),
+        cpu_clock_mhz: info
+            .processor_info()
+            .and_then(|p| p.sustained_clock_speed_in_ghz())
+            .filter(|g| g.is_finite() && *g > 0.0)
+            .map(|g| (g * 1000.0).round() as i64),
+        local_nvme_gb: info
+            .instance_storage_info()
+            .filter(|s| s.nvme_support().is_some_and(|n| n.as_str() != "unsupported"))
+            .and_then(|s| s.total_size_in_gb()),
+        ebs_bandwidth_mbps: info
+            .ebs_info()
+            .and_then(|e| e.ebs_optimized_info())
+            .and_then(|o| o.maximum_bandwidth_in_mbps())
+            .map(i64::from),
+        encryption_in_transit: info.network_info().and_then(|n| n.encryption_in_transit_supported()),
     }))
 }
 
@@ -1711,6 +1727,7 @@ mod tests {
             ipv4_per_eni: 15,
             hypervisor: "nitro".into(),
             bare_metal: false,
+            ..Default::default()
         }
     }
 
