@@ -11,7 +11,7 @@ use super::daemon::{DaemonPod, daemon_overhead};
 use super::pod::{Constraints, HostPort, PodInfo, Relaxation, TopologyKind};
 use super::requirements::{Requirement, Requirements};
 use super::taints;
-use super::topology::{BoundNode, Domain, DomainFilter, Landed, PoolDomains, Topology, offer_domain};
+use super::topology::{Domain, DomainFilter, Landed, NodeView, PoolDomains, Topology, offer_domain};
 use crate::api::{NodePool, labels};
 use crate::cloud::{CapacityType, InstanceType, Offering};
 use crate::resources::{ResourceName, Resources, format_quantity};
@@ -518,11 +518,11 @@ impl Scheduler {
         let prefer_no_schedule = built.iter().any(|p| p.taints.iter().any(|t| t.effect == "PreferNoSchedule"))
             || nodes.iter().any(|n| n.info.taints.iter().any(|t| t.effect == "PreferNoSchedule"));
         // Each node's labels and taints are copied once, for all of its pods and every group.
-        let existing: Vec<Arc<BoundNode>> = nodes
+        let existing: Vec<Arc<NodeView>> = nodes
             .iter()
             .map(|n| {
                 let i = &n.info;
-                Arc::new(BoundNode {
+                Arc::new(NodeView {
                     name: i.name.clone(),
                     labels: i.labels.clone(),
                     reqs: i.reqs.clone(),
@@ -530,14 +530,14 @@ impl Scheduler {
                 })
             })
             .collect();
-        let mut bound_nodes: HashMap<&str, Arc<BoundNode>> =
+        let mut bound_nodes: HashMap<&str, Arc<NodeView>> =
             existing.iter().map(|n| (n.name.as_str(), Arc::clone(n))).collect();
         let mut topology = Topology::new(universe, existing.clone());
         for (pod, node) in &bound {
             let shared = bound_nodes.entry(node.as_str()).or_insert_with(|| {
                 let labels = BTreeMap::from([(labels::HOSTNAME.to_owned(), node.clone())]);
                 let reqs = Requirements::from_labels(&labels);
-                Arc::new(BoundNode { name: node.clone(), labels, reqs, taints: Vec::new() })
+                Arc::new(NodeView { name: node.clone(), labels, reqs, taints: Vec::new() })
             });
             topology.add_bound(Arc::clone(pod), Arc::clone(shared));
         }

@@ -84,7 +84,7 @@ impl DomainFilter {
 /// What topology needs of an existing node: its name, labels (hostname included), the requirements they
 /// make, and its taints, shared by all its pods.
 #[derive(Debug)]
-pub(crate) struct BoundNode {
+pub(crate) struct NodeView {
     pub(crate) name: String,
     pub(crate) labels: BTreeMap<String, String>,
     pub(crate) reqs: Requirements,
@@ -122,7 +122,7 @@ pub(crate) fn offer_domain(domains: &mut PoolDomains, key: &str, domain: &str, t
 #[derive(Debug, Clone)]
 pub(crate) struct Bound {
     pod: Arc<PodInfo>,
-    node: Arc<BoundNode>,
+    node: Arc<NodeView>,
 }
 
 /// Where a pod lands, for recording: a named domain, or the hostname of a claim opened in this pass.
@@ -158,7 +158,7 @@ pub(crate) struct Topology {
     /// The domains the pools offer per key, with their pools' taints (shared by clones).
     universe: Arc<PoolDomains>,
     /// Every existing node (shared by clones): its domains join the groups that count it.
-    existing: Arc<Vec<Arc<BoundNode>>>,
+    existing: Arc<Vec<Arc<NodeView>>>,
     /// Bound pods with their node's labels and taints, counted into groups created later (shared by
     /// clones).
     bound: Arc<Vec<Bound>>,
@@ -169,7 +169,7 @@ pub(crate) struct Topology {
 }
 
 impl Topology {
-    pub(crate) fn new(universe: PoolDomains, existing: Vec<Arc<BoundNode>>) -> Self {
+    pub(crate) fn new(universe: PoolDomains, existing: Vec<Arc<NodeView>>) -> Self {
         Self { universe: Arc::new(universe), existing: Arc::new(existing), ..Self::default() }
     }
 
@@ -181,7 +181,7 @@ impl Topology {
     }
 
     /// Registers a pod already running on `node`.
-    pub(crate) fn add_bound(&mut self, pod: Arc<PodInfo>, node: Arc<BoundNode>) {
+    pub(crate) fn add_bound(&mut self, pod: Arc<PodInfo>, node: Arc<NodeView>) {
         for g in &mut self.groups {
             if let Some(d) = node.labels.get(&g.term.key)
                 && g.selects(&pod)
@@ -271,7 +271,7 @@ impl Topology {
         g.domains = Arc::new(domains);
         // A node's pods are next to each other in `bound`: what the group needs of the node (is it still
         // here, its domain, do its taints count) is looked up once per node, not once per pod.
-        let mut last: Option<(*const BoundNode, Option<&String>)> = None;
+        let mut last: Option<(*const NodeView, Option<&String>)> = None;
         for b in self.bound.iter() {
             let node = Arc::as_ptr(&b.node);
             let domain = match last {

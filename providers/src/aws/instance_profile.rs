@@ -7,25 +7,12 @@ use aws_sdk_iam::error::ProvideErrorMetadata;
 use tenon_core::cloud::CloudError;
 
 use super::nodeclass::EC2NodeClass;
-use super::provider::{AwsProvider, TAG_NODE_CLASS};
+use super::provider::{AwsProvider, TAG_NODE_CLASS, sdk_error};
 
 /// The name IAM knows a role by: the last segment of a role ARN or path (`arn:aws:iam::1:role/eks/Nodes`
 /// and `eks/Nodes` are both `Nodes`).
 pub(crate) fn role_name(role: &str) -> &str {
     role.rsplit('/').next().unwrap_or(role)
-}
-
-fn iam_error<E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static>(
-    op: &str,
-    e: aws_sdk_iam::error::SdkError<E, aws_sdk_iam::config::http::HttpResponse>,
-) -> CloudError {
-    let code = e.code().unwrap_or_default().to_owned();
-    let message = format!("{op}: {}", aws_sdk_iam::error::DisplayErrorContext(&e));
-    match code.as_str() {
-        "AccessDenied" | "AccessDeniedException" | "UnauthorizedOperation" => CloudError::Unauthorized(message),
-        "Throttling" | "ThrottlingException" => CloudError::Throttled { retry_after: None },
-        _ => CloudError::message(super::provider::NAME, message),
-    }
 }
 
 fn not_found<E: ProvideErrorMetadata>(
@@ -57,7 +44,7 @@ impl AwsProvider {
         let found = match self.iam.get_instance_profile().instance_profile_name(&name).send().await {
             Ok(r) => r.instance_profile().cloned(),
             Err(e) if not_found(&e) => None,
-            Err(e) => return Err(iam_error(&format!("GetInstanceProfile {name}"), e)),
+            Err(e) => return Err(sdk_error(&format!("GetInstanceProfile {name}"), e)),
         };
         let roles: Vec<String> = match &found {
             Some(p) => p.roles().iter().map(|r| r.role_name().to_owned()).collect(),
@@ -72,7 +59,7 @@ impl AwsProvider {
                 match req.send().await {
                     Ok(_) => {}
                     Err(e) if e.code() == Some("EntityAlreadyExists") => {}
-                    Err(e) => return Err(iam_error(&format!("CreateInstanceProfile {name}"), e)),
+                    Err(e) => return Err(sdk_error(&format!("CreateInstanceProfile {name}"), e)),
                 }
                 tracing::info!(instance_profile = %name, node_class = class.name(), "created an instance profile");
                 Vec::new()
@@ -84,7 +71,7 @@ impl AwsProvider {
             match r.send().await {
                 Ok(_) => {}
                 Err(e) if not_found(&e) => {}
-                Err(e) => return Err(iam_error(&format!("RemoveRoleFromInstanceProfile {name}"), e)),
+                Err(e) => return Err(sdk_error(&format!("RemoveRoleFromInstanceProfile {name}"), e)),
             }
         }
         if !roles.iter().any(|r| r == role) {
@@ -98,7 +85,7 @@ impl AwsProvider {
                         class.name()
                     )));
                 }
-                Err(e) => return Err(iam_error(&format!("AddRoleToInstanceProfile {name}"), e)),
+                Err(e) => return Err(sdk_error(&format!("AddRoleToInstanceProfile {name}"), e)),
             }
         }
         self.state().profiles.insert(name.clone(), role.to_owned());
@@ -113,7 +100,7 @@ impl AwsProvider {
         let profile = match self.iam.get_instance_profile().instance_profile_name(&name).send().await {
             Ok(r) => r.instance_profile().cloned(),
             Err(e) if not_found(&e) => return Ok(()),
-            Err(e) => return Err(iam_error(&format!("GetInstanceProfile {name}"), e)),
+            Err(e) => return Err(sdk_error(&format!("GetInstanceProfile {name}"), e)),
         };
         for role in profile.iter().flat_map(|p| p.roles()) {
             let r =
@@ -121,7 +108,7 @@ impl AwsProvider {
             match r.send().await {
                 Ok(_) => {}
                 Err(e) if not_found(&e) => {}
-                Err(e) => return Err(iam_error(&format!("RemoveRoleFromInstanceProfile {name}"), e)),
+                Err(e) => return Err(sdk_error(&format!("RemoveRoleFromInstanceProfile {name}"), e)),
             }
         }
         match self.iam.delete_instance_profile().instance_profile_name(&name).send().await {
@@ -130,7 +117,7 @@ impl AwsProvider {
                 Ok(())
             }
             Err(e) if not_found(&e) => Ok(()),
-            Err(e) => Err(iam_error(&format!("DeleteInstanceProfile {name}"), e)),
+            Err(e) => Err(sdk_error(&format!("DeleteInstanceProfile {name}"), e)),
         }
     }
 }

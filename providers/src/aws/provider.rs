@@ -118,6 +118,7 @@ impl fmt::Debug for AwsProvider {
     }
 }
 
+/// An AWS SDK error (any service's: they share one response type) as a [`CloudError`] by its code.
 pub(super) fn sdk_error<E>(op: &str, e: SdkError<E, aws_sdk_ec2::config::http::HttpResponse>) -> CloudError
 where
     E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
