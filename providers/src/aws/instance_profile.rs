@@ -6,8 +6,9 @@
 use aws_sdk_iam::error::ProvideErrorMetadata;
 use tenon_core::cloud::CloudError;
 
+use super::errors::sdk_error;
 use super::nodeclass::EC2NodeClass;
-use super::provider::{AwsProvider, TAG_NODE_CLASS, sdk_error};
+use super::provider::{AwsProvider, TAG_NODE_CLASS};
 
 /// The name IAM knows a role by: the last segment of a role ARN or path (`arn:aws:iam::1:role/eks/Nodes`
 /// and `eks/Nodes` are both `Nodes`).

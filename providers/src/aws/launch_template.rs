@@ -12,9 +12,10 @@ use tenon_core::api::{NodeClaim, labels};
 use tenon_core::cloud::{CapacityType, CloudError};
 
 use super::bootstrap::{self, ClusterInfo};
+use super::errors::sdk_error;
 use super::kubelet::AmiFamily;
 use super::nodeclass::{EC2NodeClass, EC2NodeClassStatus, ResolvedAmi};
-use super::provider::{AwsProvider, TAG_EKS_CLUSTER, TAG_NODE_CLASS, TAG_NODE_POOL, filter, sdk_error, tag};
+use super::provider::{AwsProvider, TAG_EKS_CLUSTER, TAG_NODE_CLASS, TAG_NODE_POOL, filter, tag};
 
 impl AwsProvider {
     /// What nodes need of the cluster: the settings' endpoint, CA bundle and service CIDR, with what they

@@ -9,19 +9,27 @@
 //!
 //! See `docs/aws.md` for the settings and the IAM permissions.
 
+mod ami;
 pub mod bootstrap;
 pub mod catalog;
+mod errors;
 pub mod events;
+mod fleet;
 mod instance_profile;
+mod instances;
+mod interruption;
 pub mod kubelet;
 mod launch_template;
 pub mod nodeclass;
+mod offerings;
+mod pricing;
 mod provider;
+mod resolve;
 mod settings;
+mod shapes;
 
+pub use instances::{instance_id, provider_id};
 pub use nodeclass::{EC2NodeClass, EC2NodeClassSpec, EC2NodeClassStatus};
-pub use provider::{
-    AwsProvider, NAME, TAG_EKS_CLUSTER, TAG_NODE_CLAIM, TAG_NODE_CLASS, TAG_NODE_POOL, instance_id, provider_id,
-    shape_of, shapes_of,
-};
+pub use provider::{AwsProvider, NAME, TAG_EKS_CLUSTER, TAG_NODE_CLAIM, TAG_NODE_CLASS, TAG_NODE_POOL};
 pub use settings::AwsSettings;
+pub use shapes::{shape_of, shapes_of};
