@@ -181,8 +181,10 @@ async fn aws(
     aws.cluster_endpoint = settings.cluster_endpoint.clone();
     aws.cluster_ca_bundle = settings.cluster_ca_bundle.clone();
     aws.cluster_service_cidr = settings.cluster_service_cidr.clone();
+    aws.isolated_vpc = settings.isolated_vpc;
     let provider = Arc::new(AwsProvider::new(aws).await.with_unavailable_offerings(unavailable.clone()));
     tracing::info!(region = provider.region(), "the aws provider");
+    tokio::spawn(kubernetes_version(provider.clone(), client.clone()));
     registry.register_arc(provider.clone()).context("registering the aws provider")?;
     let known: Mutex<BTreeSet<String>> = Mutex::default();
     let (to_reconcile, classes) = tokio::sync::watch::channel(Vec::new());
@@ -216,6 +218,30 @@ async fn aws(
             *known = now;
         });
     }))
+}
+
+/// How often the API server's version is read again (a control-plane upgrade moves AMI aliases to the
+/// new version's images).
+#[cfg(feature = "aws")]
+const VERSION_REFRESH: std::time::Duration = std::time::Duration::from_secs(5 * 60);
+
+/// Keeps the AWS provider's Kubernetes version (which pins AMI aliases) at the API server's, read at
+/// once and every [`VERSION_REFRESH`]. A read that fails keeps the version known; until one succeeds the
+/// provider asks EKS.
+#[cfg(feature = "aws")]
+async fn kubernetes_version(provider: Arc<tenon_providers::aws::AwsProvider>, client: Client) {
+    loop {
+        match client.apiserver_version().await {
+            Ok(info) => match tenon_providers::aws::ami::kubernetes_version(&info.major, &info.minor) {
+                Some(v) => provider.set_kubernetes_version(&v),
+                None => {
+                    tracing::warn!(major = %info.major, minor = %info.minor, "the API server's /version is not major.minor")
+                }
+            },
+            Err(e) => tracing::warn!(error = %e, "reading the API server's version"),
+        }
+        tokio::time::sleep(VERSION_REFRESH).await;
+    }
 }
 
 /// How often each `EC2NodeClass` status is refreshed when nothing changed (subnets fill up, AMIs are

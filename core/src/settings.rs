@@ -311,6 +311,13 @@ pub const SETTINGS: &[SettingSpec] = &[
         "The cluster's service CIDR (AL2023 nodes derive the cluster DNS address from it), for the aws provider; empty asks EKS DescribeCluster.",
     ),
     s(
+        "isolated-vpc",
+        "ISOLATED_VPC",
+        "false",
+        Kind::Bool,
+        "The cluster has no route to the AWS Pricing API: the aws provider prices on-demand from its bundled table only.",
+    ),
+    s(
         "kwok-catalog",
         "KWOK_CATALOG",
         "",
@@ -528,6 +535,8 @@ pub struct Settings {
     pub cluster_ca_bundle: Option<String>,
     /// `cluster-service-cidr`: the service CIDR; `None` asks the provider's cloud.
     pub cluster_service_cidr: Option<String>,
+    /// `isolated-vpc`: no route to the AWS Pricing API; on-demand prices are the bundled table's.
+    pub isolated_vpc: bool,
     /// The simulated-node provider's InstanceCatalog file (`None`: its built-in catalog).
     pub kwok_catalog: Option<String>,
     /// How long a simulated node takes to appear.
@@ -755,6 +764,7 @@ impl Settings {
             cluster_endpoint: Some(get("cluster-endpoint").1.trim().to_owned()).filter(|q| !q.is_empty()),
             cluster_ca_bundle: Some(get("cluster-ca-bundle").1.trim().to_owned()).filter(|q| !q.is_empty()),
             cluster_service_cidr: Some(get("cluster-service-cidr").1.trim().to_owned()).filter(|q| !q.is_empty()),
+            isolated_vpc: boolean("isolated-vpc")?,
             kwok_catalog: Some(get("kwok-catalog").1.trim().to_owned()).filter(|c| !c.is_empty()),
             kwok_registration_delay: duration("kwok-registration-delay")?,
         })

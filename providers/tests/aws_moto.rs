@@ -47,8 +47,12 @@ fn endpoint() -> String {
 }
 
 async fn sdk_config() -> aws_config::SdkConfig {
+    sdk_config_in(REGION).await
+}
+
+async fn sdk_config_in(region: &str) -> aws_config::SdkConfig {
     aws_config::defaults(aws_config::BehaviorVersion::latest())
-        .region(aws_config::Region::new(REGION))
+        .region(aws_config::Region::new(region.to_owned()))
         .endpoint_url(endpoint())
         .credentials_provider(aws_sdk_ec2::config::Credentials::new("testing", "testing", None, None, "tenon-tests"))
         .load()
@@ -60,6 +64,7 @@ static SEQ: AtomicU32 = AtomicU32::new(0);
 /// One test's private corner of moto: a VPC with a subnet in us-east-1a and one in us-east-1b, a security
 /// group, a standard and an NVIDIA AMI, and a cluster name.
 struct Env {
+    region: &'static str,
     cluster: String,
     ec2: aws_sdk_ec2::Client,
     sqs: aws_sdk_sqs::Client,
@@ -71,9 +76,14 @@ struct Env {
 
 impl Env {
     async fn new(test: &str) -> Self {
+        Self::in_region(test, REGION).await
+    }
+
+    /// The same corner of moto in `region` (zones `<region>a` and `<region>b`).
+    async fn in_region(test: &str, region: &'static str) -> Self {
         let n = SEQ.fetch_add(1, Ordering::Relaxed);
         let cluster = format!("{test}-{}-{n}", std::process::id());
-        let conf = sdk_config().await;
+        let conf = sdk_config_in(region).await;
         let ec2 = aws_sdk_ec2::Client::new(&conf);
         let sqs = aws_sdk_sqs::Client::new(&conf);
         let tags = |rt: ec2::ResourceType| {
@@ -91,17 +101,17 @@ impl Env {
             .unwrap();
         let vpc_id = vpc.vpc().unwrap().vpc_id().unwrap().to_owned();
         let mut subnets = Vec::new();
-        for (i, zone) in ["us-east-1a", "us-east-1b"].into_iter().enumerate() {
+        for (i, zone) in [format!("{region}a"), format!("{region}b")].into_iter().enumerate() {
             let s = ec2
                 .create_subnet()
                 .vpc_id(&vpc_id)
                 .cidr_block(format!("10.0.{i}.0/24"))
-                .availability_zone(zone)
+                .availability_zone(&zone)
                 .tag_specifications(tags(ec2::ResourceType::Subnet))
                 .send()
                 .await
                 .unwrap();
-            subnets.push((s.subnet().unwrap().subnet_id().unwrap().to_owned(), zone.to_owned()));
+            subnets.push((s.subnet().unwrap().subnet_id().unwrap().to_owned(), zone));
         }
         let sg = ec2
             .create_security_group()
@@ -113,9 +123,9 @@ impl Env {
             .await
             .unwrap();
         let security_group = sg.group_id().unwrap().to_owned();
-        let ami = register_image(&ec2, &format!("tenon-standard-{cluster}"), &cluster).await;
-        let gpu_ami = register_image(&ec2, &format!("tenon-nvidia-{cluster}"), &cluster).await;
-        Self { cluster, ec2, sqs, subnets, security_group, ami, gpu_ami }
+        let ami = register_image_in(&ec2, region, &format!("tenon-standard-{cluster}"), &cluster).await;
+        let gpu_ami = register_image_in(&ec2, region, &format!("tenon-nvidia-{cluster}"), &cluster).await;
+        Self { region, cluster, ec2, sqs, subnets, security_group, ami, gpu_ami }
     }
 
     fn class_name(&self) -> String {
@@ -142,14 +152,14 @@ impl Env {
 
     fn settings(&self) -> AwsSettings {
         let mut s = AwsSettings::new(&self.cluster);
-        s.region = Some(REGION.into());
+        s.region = Some(self.region.into());
         s.endpoint_url = Some(endpoint());
         s.instance_type_patterns = TYPES.iter().map(|t| (*t).to_owned()).collect();
         s
     }
 
     async fn provider_with(&self, settings: AwsSettings) -> AwsProvider {
-        let p = AwsProvider::from_sdk_config(settings, &sdk_config().await);
+        let p = AwsProvider::from_sdk_config(settings, &sdk_config_in(self.region).await);
         p.apply_node_class(self.node_class()).unwrap();
         p
     }
@@ -210,7 +220,11 @@ impl Env {
 const SOURCE_AMI: &str = "ami-760aaa0f";
 
 async fn register_image(ec2: &aws_sdk_ec2::Client, name: &str, cluster: &str) -> String {
-    let copied = ec2.copy_image().source_image_id(SOURCE_AMI).source_region(REGION).name(name).send().await.unwrap();
+    register_image_in(ec2, REGION, name, cluster).await
+}
+
+async fn register_image_in(ec2: &aws_sdk_ec2::Client, region: &str, name: &str, cluster: &str) -> String {
+    let copied = ec2.copy_image().source_image_id(SOURCE_AMI).source_region(region).name(name).send().await.unwrap();
     let id = copied.image_id().unwrap().to_owned();
     ec2.create_tags()
         .resources(&id)
@@ -827,29 +841,177 @@ async fn a_role_gets_an_instance_profile_that_goes_with_its_class() {
     assert_eq!(status.instance_profile.as_deref(), Some("my-profile"));
 }
 
-/// moto: an `alias` term finds the EKS-named image of its version (the owner is configurable: here
-/// the test account's own images stand in for Amazon's).
+/// A Kubernetes version no other test uses: the public SSM parameter names the switchboard serves are
+/// global, and tests run in parallel.
+fn unique_kubernetes_version() -> String {
+    format!("1.{}", 900 + SEQ.fetch_add(1, Ordering::Relaxed))
+}
+
+/// The switchboard serves EKS's public SSM parameters (`name → image id`).
+async fn publish_ssm_parameters(env: &Env, parameters: &[(String, &str)]) {
+    let map: serde_json::Map<String, serde_json::Value> =
+        parameters.iter().map(|(k, v)| (k.clone(), serde_json::Value::String((*v).to_owned()))).collect();
+    env.fault("/_fault/ssm-parameters", serde_json::json!({ "parameters": map })).await;
+}
+
+/// Fault-injected (moto has no public `/aws/service/...` parameters, and refuses to store them): an
+/// `alias` term reads EKS's SSM parameters for the cluster's Kubernetes version (the API server's, else
+/// EKS `DescribeCluster`'s), one per architecture and variant; a variant EKS does not publish is left
+/// out; GPU and Neuron images are marked for their types; an unpublished version is not ready.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_alias_resolves_to_the_eks_image_of_its_version() {
+async fn an_alias_resolves_through_the_eks_ssm_parameters_of_the_cluster_version() {
     let env = Env::new("alias").await;
-    // Image names are account-wide: the version is unique to this run.
-    let version = format!("v{}{:04}", std::process::id(), SEQ.fetch_add(1, Ordering::Relaxed));
-    let standard =
-        register_image(&env.ec2, &format!("amazon-eks-node-al2023-x86_64-standard-1.33-{version}"), &env.cluster).await;
-    let nvidia =
-        register_image(&env.ec2, &format!("amazon-eks-node-al2023-x86_64-nvidia-1.33-{version}"), &env.cluster).await;
-    let mut settings = env.settings();
-    settings.ami_alias_owner = "self".into();
-    settings.kubernetes_version = Some("1.33".into());
-    let p = env.provider_with(settings).await;
+    let k8s = unique_kubernetes_version();
+    let standard = register_image(&env.ec2, &format!("al2023-standard-{}", env.cluster), &env.cluster).await;
+    let nvidia = register_image(&env.ec2, &format!("al2023-nvidia-{}", env.cluster), &env.cluster).await;
+    let neuron = register_image(&env.ec2, &format!("al2023-neuron-{}", env.cluster), &env.cluster).await;
+    let path = |variant: &str| {
+        format!("/aws/service/eks/optimized-ami/{k8s}/amazon-linux-2023/x86_64/{variant}/recommended/image_id")
+    };
+    // No arm64 parameters: those variants are simply absent.
+    publish_ssm_parameters(
+        &env,
+        &[(path("standard"), &standard), (path("nvidia"), &nvidia), (path("neuron"), &neuron)],
+    )
+    .await;
+    let p = env.provider().await;
     let mut nc = env.node_class();
-    nc.spec.ami_selector_terms =
-        vec![serde_json::from_value(serde_json::json!({"alias": format!("al2023@{version}")})).unwrap()];
-    p.apply_node_class(nc).unwrap();
+    nc.spec.ami_selector_terms = vec![serde_json::from_value(serde_json::json!({"alias": "al2023@latest"})).unwrap()];
+    p.apply_node_class(nc.clone()).unwrap();
+    p.set_kubernetes_version(&k8s);
     let (_, status) = p.resolve_node_class(&env.class_name()).await.unwrap();
-    let ids: std::collections::BTreeSet<&str> = status.amis.iter().map(|a| a.id.as_str()).collect();
-    assert_eq!(ids, [standard.as_str(), nvidia.as_str()].into());
-    assert!(status.amis.iter().any(|a| a.id == nvidia && a.nvidia));
+    let by_id: BTreeMap<&str, (bool, bool)> =
+        status.amis.iter().map(|a| (a.id.as_str(), (a.nvidia, a.neuron))).collect();
+    assert_eq!(
+        by_id,
+        [(standard.as_str(), (false, false)), (nvidia.as_str(), (true, false)), (neuron.as_str(), (false, true))]
+            .into()
+    );
+    assert!(status.amis.iter().all(|a| a.architecture == "amd64"));
+
+    // Without the API server's version, EKS DescribeCluster's pins the alias: a version EKS publishes no
+    // image for leaves the class not ready, naming the parameters it looked for.
+    let eks = aws_sdk_eks::Client::new(&sdk_config().await);
+    eks.create_cluster()
+        .name(&env.cluster)
+        .version("1.899")
+        .role_arn("arn:aws:iam::123456789012:role/eks-cluster")
+        .resources_vpc_config(
+            aws_sdk_eks::types::VpcConfigRequest::builder().subnet_ids(env.subnets[0].0.clone()).build(),
+        )
+        .send()
+        .await
+        .unwrap();
+    let fresh = env.provider().await;
+    fresh.apply_node_class(nc).unwrap();
+    let err = fresh.resolve_node_class(&env.class_name()).await.unwrap_err();
+    assert!(matches!(err, CloudError::NodeClassNotReady(_)), "{err}");
+    assert!(
+        err.to_string()
+            .contains("/aws/service/eks/optimized-ami/1.899/amazon-linux-2023/x86_64/standard/recommended/image_id"),
+        "{err}"
+    );
+}
+
+/// Fault-injected (moto has no Pricing API, nor EKS's public SSM parameters): a Karpenter EC2NodeClass
+/// manifest (a role, an alias, block devices with a customer KMS key) reads and writes back unchanged,
+/// and launches on-demand in eu-west-1, which the bundled price table does not cover: its on-demand
+/// offerings are priced by the Pricing API's `GetProducts` (asked with Karpenter's filters) once it
+/// answers, and unpriced (so never launched) before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_karpenter_node_class_launches_on_demand_in_another_region_priced_by_the_pricing_api() {
+    let env = Env::in_region("region", "eu-west-1").await;
+    let k8s = unique_kubernetes_version();
+    let image = format!("/aws/service/eks/optimized-ami/{k8s}/amazon-linux-2023/x86_64/standard/recommended/image_id");
+    publish_ssm_parameters(&env, &[(image, &env.ami)]).await;
+    let iam = aws_sdk_iam::Client::new(&sdk_config_in(env.region).await);
+    let role = format!("KarpenterNodeRole-{}", env.cluster);
+    iam.create_role()
+        .role_name(&role)
+        .assume_role_policy_document(r#"{"Version":"2012-10-17","Statement":[]}"#)
+        .send()
+        .await
+        .unwrap();
+    let manifest = serde_json::json!({
+        "apiVersion": "karpenter.k8s.aws/v1", "kind": "EC2NodeClass", "metadata": {"name": env.class_name()},
+        "spec": {
+            "role": role,
+            "amiSelectorTerms": [{"alias": "al2023@latest"}],
+            "subnetSelectorTerms": [{"tags": {"tenon-test": env.cluster}}],
+            "securityGroupSelectorTerms": [{"tags": {"tenon-test": env.cluster}}],
+            "blockDeviceMappings": [{"deviceName": "/dev/xvda", "rootVolume": true,
+                "ebs": {"volumeSize": "100Gi", "volumeType": "gp3", "encrypted": true, "deleteOnTermination": true,
+                    "kmsKeyID": "arn:aws:kms:eu-west-1:123456789012:key/1234abcd-12ab-34cd-56ef-1234567890ab"}}],
+            "metadataOptions": {"httpEndpoint": "enabled", "httpProtocolIPv6": "disabled",
+                "httpPutResponseHopLimit": 1, "httpTokens": "required"},
+            "tags": {"team": "ml"}
+        }
+    });
+    let class: EC2NodeClass = serde_json::from_value(manifest.clone()).unwrap();
+    assert_eq!(serde_json::to_value(&class).unwrap(), manifest, "the manifest round-trips unchanged");
+
+    let mut settings = env.settings();
+    settings.kubernetes_version = Some(k8s);
+    settings.cluster_endpoint = Some("https://api.region.example".into());
+    settings.cluster_ca_bundle = Some("Y2E=".into());
+    settings.cluster_service_cidr = Some("10.100.0.0/16".into());
+    let clock = VirtualClock::at_epoch();
+    let p = AwsProvider::from_sdk_config(settings, &sdk_config_in(env.region).await).with_clock(clock.clone());
+    p.apply_node_class(class).unwrap();
+    let on_demand = |types: &[tenon_core::cloud::InstanceType], name: &str| {
+        let t = types.iter().find(|t| t.name == name).unwrap();
+        let o = t.offerings.iter().find(|o| o.capacity_type == CapacityType::OnDemand).unwrap();
+        (o.available, o.price)
+    };
+    // The Pricing API has nothing for eu-west-1 yet: on-demand is unpriced and unoffered.
+    let types = p.instance_types(&env.pool()).await.unwrap();
+    assert!(!on_demand(&types, "m5.large").0);
+
+    // The products the Pricing API lists. The hourly figures are us-east-1's published prices (the bundled
+    // table's), reused: what is checked is that they arrive through GetProducts. The decoys (1000.0, not a
+    // price) are products of the same types that Karpenter's filters exclude.
+    let product = |itype: &str, tenancy: &str, family: &str, os: &str, status: &str, usd: &str| {
+        serde_json::json!({"productFamily": family, "usd": usd, "attributes": {
+            "regionCode": "eu-west-1", "instanceType": itype, "tenancy": tenancy, "operatingSystem": os,
+            "preInstalledSw": "NA", "capacitystatus": status, "marketoption": "OnDemand", "location": "EU (Ireland)"}})
+    };
+    let compute = "Compute Instance";
+    env.fault(
+        "/_fault/pricing",
+        serde_json::json!({"products": [
+            product("m5.large", "Shared", compute, "Linux", "Used", "0.0960000000"),
+            product("c5.large", "Shared", compute, "Linux", "Used", "0.0850000000"),
+            product("m5.metal", "Dedicated", "Compute Instance (bare metal)", "Linux", "Used", "4.6080000000"),
+            product("m5.large", "Shared", compute, "Windows", "Used", "1000.0"),
+            product("m5.large", "Dedicated", compute, "Linux", "Used", "1000.0"),
+            product("m5.large", "Shared", compute, "Linux", "UnusedCapacityReservation", "1000.0"),
+        ]}),
+    )
+    .await;
+    // A failed refresh is tried again after five minutes, not at once.
+    let types = p.instance_types(&env.pool()).await.unwrap();
+    assert!(!on_demand(&types, "m5.large").0, "no second ask before the retry is due");
+    clock.advance(Duration::from_secs(5 * 60));
+    let types = p.instance_types(&env.pool()).await.unwrap();
+    assert_eq!(on_demand(&types, "m5.large"), (true, 0.096));
+    assert_eq!(on_demand(&types, "c5.large"), (true, 0.085));
+    assert!(!on_demand(&types, "m5.xlarge").0, "a type the Pricing API does not price is not offered");
+
+    let claim = env
+        .claim("region-1", vec![req(labels::INSTANCE_TYPE, &["m5.large"]), req(labels::CAPACITY_TYPE, &["on-demand"])]);
+    let i = p.create(&claim, &LaunchOptions::default()).await.unwrap();
+    assert_eq!((i.capacity_type, i.price), (CapacityType::OnDemand, Some(0.096)));
+    assert!(i.zone.starts_with("eu-west-1"), "{}", i.zone);
+    assert_eq!(i.labels.get(labels::REGION).map(String::as_str), Some("eu-west-1"));
+    let data = template_data(&env, &launch_templates(&env).await[0]).await;
+    let ebs = data.block_device_mappings()[0].ebs().unwrap();
+    assert_eq!(ebs.kms_key_id(), Some("arn:aws:kms:eu-west-1:123456789012:key/1234abcd-12ab-34cd-56ef-1234567890ab"));
+    assert_eq!(data.image_id(), Some(env.ami.as_str()), "the alias's image");
+    assert_eq!(
+        data.iam_instance_profile().and_then(|p| p.name()),
+        Some(p.instance_profile_name(&env.class_name()).as_str())
+    );
+    p.delete(&with_provider_id(claim, &i.provider_id)).await.unwrap();
 }
 
 /// This test's cluster's launch templates.

@@ -8,17 +8,34 @@ Everything is moto's own behaviour except what a test asks for through `/_fault/
       as EC2 does on HTTP 200. When no override is left, the fleet launches nothing.
   POST /_fault/spot-prices {"prices": {"g5.xlarge": {"us-east-1a": 0.4589}}}
       DescribeSpotPriceHistory answers these prices for those (type, zone) rows (moto's own are 0.00001).
+  POST /_fault/pricing    {"products": [{"attributes": {"regionCode": "eu-west-1", "instanceType": "m5.large",
+                           "tenancy": "Shared", ...}, "productFamily": "Compute Instance", "usd": "0.107"}]}
+      The Pricing API, which moto lacks: GetProducts (AWSPriceListService, JSON 1.1) answers the products
+      whose attributes match every TERM_MATCH filter, as PriceList JSON documents, paged by MaxResults.
+  POST /_fault/ssm-parameters {"parameters": {"/aws/service/eks/optimized-ami/1.33/...": "ami-123"}}
+      SSM GetParameter answers these names (public `/aws/service/...` parameters, which moto neither has
+      nor lets a caller put); every other name goes to moto's SSM.
   POST /_fault/clear      {"subnet_ids": ["subnet-1"]}   removes the capacity rules of those subnets;
-                          {} removes every rule and price.
+                          {} removes every rule, price, product and parameter.
+
+Requests and answers of the APIs served here rather than by moto are checked against botocore's models of
+them (the service definitions AWS publishes): a request or answer that does not fit is a 400 / 500 naming
+the field, so the switchboard cannot drift from the real API.
 
 Rules are scoped by subnet so that tests running in parallel, each in its own VPC, never see each
 other's faults.
 
 usage: python moto_faults.py HOST PORT
 """
+import datetime
+import io
 import json
 import sys
 import threading
+
+import botocore.session
+from botocore.exceptions import ParamValidationError
+from botocore.validate import validate_parameters
 
 from werkzeug.serving import run_simple
 from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
@@ -29,6 +46,9 @@ from moto.ec2.responses.spot_instances import SpotInstances
 LOCK = threading.Lock()
 CAPACITY_RULES = []  # dicts: subnet_id, instance_type (optional), code
 SPOT_PRICES = {}  # instance type -> zone -> price
+PRODUCTS = []  # Pricing API products: {"attributes": {...}, "productFamily": ..., "usd": "0.1"}
+SSM_PARAMETERS = {}  # name -> value
+MODELS = botocore.session.get_session()
 CURRENT = threading.local()  # errors collected while one CreateFleet runs
 
 
@@ -137,6 +157,98 @@ SpotInstances.describe_spot_price_history = _spot_history_with_prices
 MOTO = DomainDispatcherApplication(create_backend_app)
 
 
+def _operation(service, name):
+    return MODELS.get_service_model(service).operation_model(name)
+
+
+def _json_answer(start_response, status, body):
+    start_response(status, [("Content-Type", "application/x-amz-json-1.1")])
+    return [json.dumps(body).encode()]
+
+
+def _json_error(start_response, status, code, message):
+    return _json_answer(start_response, status, {"__type": code, "message": message})
+
+
+def _checked(service, operation, request):
+    """The request's parameters, checked against the operation's input shape (ParamValidationError)."""
+    validate_parameters(request, _operation(service, operation).input_shape)
+    return request
+
+
+def _check_answer(service, operation, answer):
+    validate_parameters(answer, _operation(service, operation).output_shape)
+    return answer
+
+
+def _price_list_entry(product):
+    """One product as the Pricing API's PriceList documents it (a JSON document in a string)."""
+    sku = "SKU" + str(abs(hash(json.dumps(product, sort_keys=True))) % 10**12)
+    attributes = {k: v for k, v in product["attributes"].items() if k not in ("productFamily", "serviceCode")}
+    return json.dumps({
+        "product": {"productFamily": product["productFamily"], "attributes": attributes, "sku": sku},
+        "serviceCode": "AmazonEC2",
+        "terms": {"OnDemand": {f"{sku}.JRTCKXETXF": {
+            "priceDimensions": {f"{sku}.JRTCKXETXF.6YS6EN2CT7": {
+                "unit": "Hrs", "endRange": "Inf", "beginRange": "0", "appliesTo": [],
+                "rateCode": f"{sku}.JRTCKXETXF.6YS6EN2CT7", "description": "per On Demand Linux Instance Hour",
+                "pricePerUnit": {"USD": product["usd"]}}},
+            "sku": sku, "effectiveDate": "2026-07-01T00:00:00Z", "offerTermCode": "JRTCKXETXF", "termAttributes": {}}}},
+        "version": "20260720000000",
+        "publicationDate": "2026-07-20T00:00:00Z",
+    })
+
+
+def _get_products(request):
+    if request.get("ServiceCode") != "AmazonEC2":
+        return []
+    def matches(product):
+        fields = dict(product["attributes"], productFamily=product["productFamily"], serviceCode="AmazonEC2")
+        for f in request.get("Filters", []):
+            if f["Type"] != "TERM_MATCH" or fields.get(f["Field"]) != f["Value"]:
+                return False
+        return True
+    with LOCK:
+        return [_price_list_entry(p) for p in PRODUCTS if matches(p)]
+
+
+def _aws_json(environ, start_response, target):
+    """Pricing GetProducts and the registered SSM parameters; None hands the request to moto."""
+    length = int(environ.get("CONTENT_LENGTH") or 0)
+    raw = environ["wsgi.input"].read(length)
+    try:
+        request = json.loads(raw or b"{}")
+    except ValueError as e:
+        return None, raw
+    try:
+        if target == "AWSPriceListService.GetProducts":
+            _checked("pricing", "GetProducts", request)
+            entries = _get_products(request)
+            start = int(request.get("NextToken") or 0)
+            size = request.get("MaxResults") or 100
+            answer = {"FormatVersion": "aws_v1", "PriceList": entries[start:start + size]}
+            if start + size < len(entries):
+                answer["NextToken"] = str(start + size)
+            return _json_answer(start_response, "200 OK", _check_answer("pricing", "GetProducts", answer)), raw
+        if target == "AmazonSSM.GetParameter":
+            _checked("ssm", "GetParameter", request)
+            with LOCK:
+                value = SSM_PARAMETERS.get(request["Name"])
+            if value is None:
+                return None, raw
+            answer = {"Parameter": {
+                "Name": request["Name"], "Type": "String", "Value": value, "Version": 1,
+                "LastModifiedDate": datetime.datetime(2026, 7, 20, tzinfo=datetime.timezone.utc),
+                "ARN": f"arn:aws:ssm:us-east-1::parameter{request['Name']}", "DataType": "aws:ec2:image",
+            }}
+            _check_answer("ssm", "GetParameter", answer)
+            answer["Parameter"]["LastModifiedDate"] = answer["Parameter"]["LastModifiedDate"].timestamp()
+            return _json_answer(start_response, "200 OK", answer), raw
+    except ParamValidationError as e:
+        return _json_error(start_response, "400 Bad Request", "ValidationException", f"moto_faults.py: {e}"), raw
+    return None, raw
+
+
 def _fault(environ, start_response):
     length = int(environ.get("CONTENT_LENGTH") or 0)
     try:
@@ -151,11 +263,17 @@ def _fault(environ, start_response):
         elif path == "/_fault/spot-prices":
             for itype, zones in body.get("prices", {}).items():
                 SPOT_PRICES.setdefault(itype, {}).update(zones)
+        elif path == "/_fault/pricing":
+            PRODUCTS.extend(body.get("products", []))
+        elif path == "/_fault/ssm-parameters":
+            SSM_PARAMETERS.update(body.get("parameters", {}))
         elif path == "/_fault/clear":
             subnets = body.get("subnet_ids")
             if subnets is None:
                 CAPACITY_RULES.clear()
                 SPOT_PRICES.clear()
+                PRODUCTS.clear()
+                SSM_PARAMETERS.clear()
             else:
                 CAPACITY_RULES[:] = [r for r in CAPACITY_RULES if r.get("subnet_id") not in subnets]
         else:
@@ -169,6 +287,14 @@ def _fault(environ, start_response):
 def app(environ, start_response):
     if environ.get("PATH_INFO", "").startswith("/_fault/"):
         return _fault(environ, start_response)
+    target = environ.get("HTTP_X_AMZ_TARGET", "")
+    if target in ("AWSPriceListService.GetProducts", "AmazonSSM.GetParameter"):
+        answered, raw = _aws_json(environ, start_response, target)
+        if answered is not None:
+            return answered
+        # Not ours: moto reads the body again.
+        environ["wsgi.input"] = io.BytesIO(raw)
+        environ["CONTENT_LENGTH"] = str(len(raw))
     return MOTO(environ, start_response)
 
 

@@ -137,6 +137,7 @@ vmMemoryOverheadPercent: VM_MEMORY_OVERHEAD_PERCENT
 clusterEndpoint: CLUSTER_ENDPOINT
 clusterCaBundle: CLUSTER_CA_BUNDLE
 clusterServiceCidr: CLUSTER_SERVICE_CIDR
+isolatedVpc: ISOLATED_VPC
 kwokCatalog: KWOK_CATALOG
 kwokRegistrationDelay: KWOK_REGISTRATION_DELAY
 {{- end }}

@@ -42,8 +42,34 @@ pub const LABEL_EBS_BANDWIDTH: &str = "karpenter.k8s.aws/instance-ebs-bandwidth"
 /// Label: whether traffic between instances is encrypted in transit (`true`, `false`).
 pub const LABEL_ENCRYPTION_IN_TRANSIT: &str = "karpenter.k8s.aws/instance-encryption-in-transit-supported";
 
+/// Label: the baseline network bandwidth in Mbps, over every network card.
+pub const LABEL_NETWORK_BANDWIDTH: &str = "karpenter.k8s.aws/instance-network-bandwidth";
+/// Label: the accelerator model, lower case (`inferentia2`, `trainium`).
+pub const LABEL_ACCELERATOR_NAME: &str = "karpenter.k8s.aws/instance-accelerator-name";
+/// Label: the accelerator maker, lower case (`aws`).
+pub const LABEL_ACCELERATOR_MANUFACTURER: &str = "karpenter.k8s.aws/instance-accelerator-manufacturer";
+/// Label: the number of accelerator devices.
+pub const LABEL_ACCELERATOR_COUNT: &str = "karpenter.k8s.aws/instance-accelerator-count";
+/// Label: the cluster's capacity reservation an instance runs in.
+pub const LABEL_CAPACITY_RESERVATION_ID: &str = "karpenter.k8s.aws/capacity-reservation-id";
+/// Label: the kind of that reservation (`default`, `capacity-block`).
+pub const LABEL_CAPACITY_RESERVATION_TYPE: &str = "karpenter.k8s.aws/capacity-reservation-type";
+/// Label: whether that reservation may be interrupted (`true`, `false`).
+pub const LABEL_CAPACITY_RESERVATION_INTERRUPTIBLE: &str = "karpenter.k8s.aws/capacity-reservation-interruptible";
+/// Label: the zone's id (`use1-az1`), the same in every account unlike the zone's name.
+pub const LABEL_ZONE_ID: &str = "topology.k8s.aws/zone-id";
+
+/// The Neuron device resource (Inferentia, Trainium).
+pub const NEURON: &str = "aws.amazon.com/neuron";
+/// The Neuron core resource.
+pub const NEURON_CORE: &str = "aws.amazon.com/neuroncore";
+/// The EFA interface resource.
+pub const EFA: &str = "vpc.amazonaws.com/efa";
+/// The Habana Gaudi resource.
+pub const HABANA_GAUDI: &str = "habana.ai/gaudi";
+
 /// Every label key this provider sets, announced as well known.
-pub const WELL_KNOWN_LABELS: [&str; 16] = [
+pub const WELL_KNOWN_LABELS: [&str; 24] = [
     LABEL_INSTANCE_CATEGORY,
     LABEL_INSTANCE_FAMILY,
     LABEL_INSTANCE_GENERATION,
@@ -60,6 +86,14 @@ pub const WELL_KNOWN_LABELS: [&str; 16] = [
     LABEL_LOCAL_NVME,
     LABEL_EBS_BANDWIDTH,
     LABEL_ENCRYPTION_IN_TRANSIT,
+    LABEL_NETWORK_BANDWIDTH,
+    LABEL_ACCELERATOR_NAME,
+    LABEL_ACCELERATOR_MANUFACTURER,
+    LABEL_ACCELERATOR_COUNT,
+    LABEL_CAPACITY_RESERVATION_ID,
+    LABEL_CAPACITY_RESERVATION_TYPE,
+    LABEL_CAPACITY_RESERVATION_INTERRUPTIBLE,
+    LABEL_ZONE_ID,
 ];
 
 /// The AMD GPU resource.
@@ -76,6 +110,19 @@ pub struct Gpu {
     pub count: i64,
     /// Memory of one, in MiB.
     pub memory_mib: i64,
+}
+
+/// The accelerator devices of an instance (Neuron's Inferentia or Trainium).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Accelerator {
+    /// The model (`Inferentia2`).
+    pub name: String,
+    /// The maker (`AWS`).
+    pub manufacturer: String,
+    /// How many devices.
+    pub count: i64,
+    /// Neuron cores over all devices (0 when not a Neuron device).
+    pub cores: i64,
 }
 
 /// An EC2 instance type as `DescribeInstanceTypes` describes it.
@@ -109,6 +156,12 @@ pub struct Shape {
     pub ebs_bandwidth_mbps: Option<i64>,
     /// Whether traffic between instances is encrypted in transit.
     pub encryption_in_transit: Option<bool>,
+    /// Accelerator devices (Neuron), when the type has one kind of them.
+    pub accelerator: Option<Accelerator>,
+    /// EFA interfaces the type supports.
+    pub efa_interfaces: i64,
+    /// The baseline network bandwidth in Mbps, over every network card.
+    pub network_bandwidth_mbps: Option<i64>,
 }
 
 #[cfg(test)]
@@ -191,11 +244,22 @@ pub fn instance_type(
     if nvidia > 0 {
         capacity.set(ResourceName::NVIDIA_GPU, nvidia);
     }
-    let amd: i64 = shape.gpus.iter().filter(|g| g.manufacturer.eq_ignore_ascii_case("amd")).map(|g| g.count).sum();
-    if amd > 0
-        && let Ok(r) = ResourceName::intern(AMD_GPU)
-    {
-        capacity.set(r, amd);
+    let gpus_of = |maker: &str| -> i64 {
+        shape.gpus.iter().filter(|g| g.manufacturer.eq_ignore_ascii_case(maker)).map(|g| g.count).sum()
+    };
+    let (neuron, cores) = shape.accelerator.as_ref().map_or((0, 0), |a| (a.count, a.cores));
+    for (resource, quantity) in [
+        (AMD_GPU, gpus_of("amd")),
+        (HABANA_GAUDI, gpus_of("habana")),
+        (NEURON, neuron),
+        (NEURON_CORE, cores),
+        (EFA, shape.efa_interfaces),
+    ] {
+        if quantity > 0
+            && let Ok(r) = ResourceName::intern(resource)
+        {
+            capacity.set(r, quantity);
+        }
     }
     let overhead = kubelet.overhead(shape, family, root_volume_gib, memory);
     InstanceType { name: shape.name.clone(), labels: shape_labels(shape), capacity, overhead, offerings }
@@ -237,6 +301,14 @@ pub fn shape_labels(shape: &Shape) -> BTreeMap<String, String> {
     }
     if let Some(e) = shape.encryption_in_transit {
         put(LABEL_ENCRYPTION_IN_TRANSIT, e.to_string());
+    }
+    if let Some(mbps) = shape.network_bandwidth_mbps {
+        put(LABEL_NETWORK_BANDWIDTH, mbps.to_string());
+    }
+    if let Some(a) = &shape.accelerator {
+        put(LABEL_ACCELERATOR_NAME, a.name.to_ascii_lowercase().replace(' ', "-"));
+        put(LABEL_ACCELERATOR_MANUFACTURER, a.manufacturer.to_ascii_lowercase().replace(' ', "-"));
+        put(LABEL_ACCELERATOR_COUNT, a.count.to_string());
     }
     if let Some(g) = shape.gpus.first() {
         put(LABEL_GPU_NAME, g.name.to_ascii_lowercase());

@@ -126,13 +126,25 @@ impl AwsProvider {
         });
         let mut out = Vec::new();
         for (it, o) in candidates {
+            // As Karpenter maps images to types: the GPU variant for GPU types, the Neuron variant for
+            // accelerator types, the standard one for the rest; any image of the architecture when the
+            // class has no such variant.
             let gpu = it.labels.contains_key(catalog::LABEL_GPU_COUNT);
+            let neuron = !gpu && it.labels.contains_key(catalog::LABEL_ACCELERATOR_COUNT);
             let arch = it.labels.get(labels::ARCH).map(String::as_str).unwrap_or("amd64");
             let ami = status
                 .amis
                 .iter()
                 .filter(|a| a.architecture == arch)
-                .find(|a| a.nvidia == gpu)
+                .find(|a| {
+                    if gpu {
+                        a.nvidia
+                    } else if neuron {
+                        a.neuron
+                    } else {
+                        !a.nvidia && !a.neuron
+                    }
+                })
                 .or_else(|| status.amis.iter().find(|a| a.architecture == arch));
             let (Some(ami), Some(subnet)) = (ami, subnet_of.get(o.zone.as_str())) else { continue };
             out.push(Override { key: o.key(&it.name), subnet: subnet.id.clone(), ami: ami.clone(), price: o.price });
@@ -411,6 +423,7 @@ mod tests {
             name: None,
             architecture: "amd64".into(),
             nvidia,
+            neuron: false,
             creation_date: None,
         };
         EC2NodeClassStatus {

@@ -140,7 +140,7 @@ impl AwsProvider {
             }
             _ => None,
         }
-        .or_else(|| self.on_demand_prices().ok().and_then(|p| p.get(&itype).copied()));
+        .or_else(|| self.known_on_demand_prices().and_then(|p| p.get(&itype).copied()));
         let mut node_labels = it.as_ref().map(|t| t.labels.clone()).unwrap_or_default();
         node_labels.insert(labels::INSTANCE_TYPE.to_owned(), itype.clone());
         node_labels.insert(labels::ZONE.to_owned(), zone.to_owned());

@@ -9,7 +9,7 @@
 //!
 //! See `docs/aws.md` for the settings and the IAM permissions.
 
-mod ami;
+pub mod ami;
 pub mod bootstrap;
 pub mod catalog;
 mod errors;

@@ -166,6 +166,9 @@ pub struct AmiSelectorTerm {
     /// Tags the AMI must carry (`*` as a value matches any value).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub tags: BTreeMap<String, String>,
+    /// The name (or ARN) of an SSM parameter holding the image id.
+    #[serde(rename = "ssmParameter", default, skip_serializing_if = "Option::is_none")]
+    pub ssm_parameter: Option<String>,
 }
 
 /// The owners an AMI term's `DescribeImages` is limited to: its `owner`, and for a `name` term without
@@ -358,9 +361,12 @@ pub struct ResolvedAmi {
     pub name: Option<String>,
     /// The Kubernetes architecture (`amd64`, `arm64`).
     pub architecture: String,
-    /// Whether the image is meant for NVIDIA GPU instances (an `nvidia` variant alias, or a name with `nvidia`/`gpu`).
+    /// Whether the image is meant for GPU instances (an alias's `nvidia` variant, or a name with `nvidia`/`gpu`).
     #[serde(default)]
     pub nvidia: bool,
+    /// Whether the image is meant for AWS Inferentia and Trainium instances (an alias's `neuron` variant).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub neuron: bool,
     /// When it was created, as EC2 reports it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub creation_date: Option<String>,
@@ -440,17 +446,20 @@ impl EC2NodeClass {
             return Err(format!("EC2NodeClass/{name}: spec.amiSelectorTerms is empty"));
         }
         for (i, t) in s.ami_selector_terms.iter().enumerate() {
-            // As Karpenter's CRD has it: `alias` and `id` stand alone; `name` (with an optional `owner`) and
-            // `tags` may go together.
+            // As Karpenter's CRD has it: an `alias` stands alone, in the only term; an `id` goes without
+            // `name`, `owner` and `tags` (an `ssmParameter` beside it is ignored); `name` (with an optional
+            // `owner`), `tags` and `ssmParameter` may go together.
             let others = t.name.is_some() || !t.tags.is_empty() || t.owner.is_some();
             let ok = match (t.alias.is_some(), t.id.is_some()) {
-                (true, false) | (false, true) => !others,
-                (false, false) => t.name.is_some() || !t.tags.is_empty(),
+                (true, false) => !others && t.ssm_parameter.is_none() && s.ami_selector_terms.len() == 1,
+                (false, true) => !others,
+                (false, false) => t.name.is_some() || !t.tags.is_empty() || t.ssm_parameter.is_some(),
                 (true, true) => false,
             };
             if !ok {
                 return Err(format!(
-                    "EC2NodeClass/{name}: spec.amiSelectorTerms[{i}] must set alias alone, id alone, or name and/or tags"
+                    "EC2NodeClass/{name}: spec.amiSelectorTerms[{i}] must set an alias alone (in the only term), an \
+                     id alone, or name, tags and/or ssmParameter"
                 ));
             }
             if let Some(alias) = &t.alias {

@@ -126,7 +126,7 @@ impl AwsProvider {
         let shapes = self.shapes().await?;
         let zones = self.zones().await?;
         let spot = self.spot_prices().await?;
-        let od = self.on_demand_prices()?;
+        let od = self.on_demand_prices().await?;
         let subnet_zones: BTreeSet<&str> = status.subnets.iter().map(|s| s.zone.as_str()).collect();
         let archs: BTreeSet<&str> = status.amis.iter().map(|a| a.architecture.as_str()).collect();
         let root = self.root_volume_gib(Some(class));

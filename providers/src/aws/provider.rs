@@ -62,6 +62,12 @@ pub(super) struct State {
     pub(super) zones: Option<Cached<HashMap<String, BTreeSet<String>>>>,
     pub(super) spot: Option<Cached<HashMap<(String, String), f64>>>,
     pub(super) on_demand: Option<Cached<HashMap<String, f64>>>,
+    /// The cluster's Kubernetes version, from the API server or EKS.
+    pub(super) kubernetes_version: Option<String>,
+    /// SSM parameters read: name → (when, value).
+    pub(super) ssm: HashMap<String, (Timestamp, String)>,
+    /// When the Pricing API is next asked for on-demand prices (`None`: at the first use).
+    pub(super) pricing_due: Option<Timestamp>,
     pub(super) templates: BTreeSet<String>,
     pub(super) cluster: Option<Arc<ClusterInfo>>,
     /// The instance profiles made for classes' roles: profile → the role it holds.
@@ -83,6 +89,8 @@ pub struct AwsProvider {
     pub(super) sqs: aws_sdk_sqs::Client,
     pub(super) eks: aws_sdk_eks::Client,
     pub(super) iam: aws_sdk_iam::Client,
+    pub(super) ssm: aws_sdk_ssm::Client,
+    pub(super) pricing: aws_sdk_pricing::Client,
     pub(super) clock: SharedClock,
     pub(super) state: Mutex<State>,
 }
@@ -139,7 +147,10 @@ impl AwsProvider {
         let mut sqs_conf = aws_sdk_sqs::config::Builder::from(config);
         let mut eks_conf = aws_sdk_eks::config::Builder::from(config);
         let mut iam_conf = aws_sdk_iam::config::Builder::from(config);
+        let mut ssm_conf = aws_sdk_ssm::config::Builder::from(config);
+        let mut pricing_conf = aws_sdk_pricing::config::Builder::from(config);
         if let Some(r) = &settings.region {
+            ssm_conf = ssm_conf.region(aws_sdk_ssm::config::Region::new(r.clone()));
             ec2_conf = ec2_conf.region(aws_sdk_ec2::config::Region::new(r.clone()));
             sqs_conf = sqs_conf.region(aws_sdk_sqs::config::Region::new(r.clone()));
             eks_conf = eks_conf.region(aws_sdk_eks::config::Region::new(r.clone()));
@@ -150,12 +161,17 @@ impl AwsProvider {
             sqs_conf = sqs_conf.endpoint_url(e.clone());
             eks_conf = eks_conf.endpoint_url(e.clone());
             iam_conf = iam_conf.endpoint_url(e.clone());
+            ssm_conf = ssm_conf.endpoint_url(e.clone());
+            pricing_conf = pricing_conf.endpoint_url(e.clone());
         }
         let region = settings
             .region
             .clone()
             .or_else(|| config.region().map(ToString::to_string))
             .unwrap_or_else(|| "us-east-1".to_owned());
+        // The Pricing API answers from a few regions only; each region asks the nearest.
+        pricing_conf =
+            pricing_conf.region(aws_sdk_pricing::config::Region::new(super::pricing::pricing_region(&region)));
         Self {
             settings,
             region,
@@ -163,6 +179,8 @@ impl AwsProvider {
             sqs: aws_sdk_sqs::Client::from_conf(sqs_conf.build()),
             eks: aws_sdk_eks::Client::from_conf(eks_conf.build()),
             iam: aws_sdk_iam::Client::from_conf(iam_conf.build()),
+            ssm: aws_sdk_ssm::Client::from_conf(ssm_conf.build()),
+            pricing: aws_sdk_pricing::Client::from_conf(pricing_conf.build()),
             clock: Arc::new(SystemClock),
             state: Mutex::new(State::default()),
         }

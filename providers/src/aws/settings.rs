@@ -29,15 +29,17 @@ pub struct AwsSettings {
     pub max_instance_types: usize,
     /// Instance type name patterns (`m5.*`, `g5.xlarge`) to read; empty reads every type.
     pub instance_type_patterns: Vec<String>,
-    /// The account that owns the AMIs of an `alias` term (`amazon` for EKS's images).
-    pub ami_alias_owner: String,
-    /// The Kubernetes version an `alias` term's AMI is built for (`1.33`); `None` accepts any.
+    /// The Kubernetes version `alias` terms are pinned to (`1.33`); `None` takes the API server's (which the
+    /// operator passes with [`super::AwsProvider::set_kubernetes_version`]), else EKS `DescribeCluster`'s.
     pub kubernetes_version: Option<String>,
     /// A `region,instance_type,usd_per_hour` CSV replacing the bundled on-demand prices; re-read on
     /// every price refresh.
     pub on_demand_price_file: Option<String>,
-    /// How often on-demand prices are re-read from `on_demand_price_file`.
+    /// How often on-demand prices are read again: from the Pricing API, or from `on_demand_price_file`.
     pub price_refresh: Duration,
+    /// The cluster runs without a route to the Pricing API (Karpenter's `ISOLATED_VPC`): on-demand prices
+    /// are the bundled table's (or `on_demand_price_file`'s) only.
+    pub isolated_vpc: bool,
     /// The root volume size in GiB when the NodeClass does not say (ephemeral storage capacity).
     pub default_root_volume_gib: i64,
     /// The share of an instance's memory the hypervisor keeps (0.075, as Karpenter's default): memory
@@ -67,10 +69,10 @@ impl AwsSettings {
             unavailable_ttl: Duration::from_secs(180),
             max_instance_types: 60,
             instance_type_patterns: Vec::new(),
-            ami_alias_owner: "amazon".into(),
             kubernetes_version: None,
             on_demand_price_file: None,
             price_refresh: Duration::from_secs(12 * 3600),
+            isolated_vpc: false,
             default_root_volume_gib: 20,
             vm_memory_overhead: 0.075,
             cluster_endpoint: None,

@@ -6,7 +6,7 @@ use std::collections::{BTreeSet, HashMap};
 use aws_sdk_ec2::types as ec2;
 use tenon_core::cloud::CloudError;
 
-use super::catalog::{Gpu, Shape};
+use super::catalog::{Accelerator, Gpu, Shape};
 use super::provider::NAME;
 
 pub(super) fn kube_arch(ec2_arch: &str) -> Option<&'static str> {
@@ -106,13 +106,92 @@ pub fn shape_of(info: &ec2::InstanceTypeInfo) -> Result<Option<Shape>, CloudErro
             .and_then(|o| o.maximum_bandwidth_in_mbps())
             .map(i64::from),
         encryption_in_transit: info.network_info().and_then(|n| n.encryption_in_transit_supported()),
+        accelerator: accelerator_of(info),
+        efa_interfaces: i64::from(net.efa_info().and_then(|e| e.maximum_efa_interfaces()).unwrap_or(0).max(0)),
+        network_bandwidth_mbps: {
+            let gbps: f64 = net.network_cards().iter().filter_map(|c| c.baseline_bandwidth_in_gbps()).sum();
+            (gbps.is_finite() && gbps > 0.0).then(|| (gbps * 1000.0).round() as i64)
+        },
     }))
+}
+
+/// The accelerator devices of a type, as Karpenter reads them: Neuron devices (with their cores) when the
+/// type has one kind, else one kind of (legacy) inference accelerator.
+fn accelerator_of(info: &ec2::InstanceTypeInfo) -> Option<Accelerator> {
+    if let Some(neuron) = info.neuron_info() {
+        let [d] = neuron.neuron_devices() else { return None };
+        let count = i64::from(d.count()?);
+        return Some(Accelerator {
+            name: d.name()?.to_owned(),
+            manufacturer: "AWS".into(),
+            count,
+            cores: count * i64::from(d.core_info().and_then(|c| c.count()).unwrap_or(0)),
+        });
+    }
+    let [a] = info.inference_accelerator_info()?.accelerators() else { return None };
+    Some(Accelerator {
+        name: a.name()?.to_owned(),
+        manufacturer: a.manufacturer()?.to_owned(),
+        count: i64::from(a.count()?),
+        cores: 0,
+    })
 }
 
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
+    use crate::aws::catalog::{self, EFA, NEURON, NEURON_CORE};
+    use crate::aws::kubelet::{AmiFamily, Kubelet};
+    use tenon_core::resources::ResourceName;
+
+    /// trn1.32xlarge as DescribeInstanceTypes describes it (moto's copy of EC2's answer): 16 Trainium
+    /// devices of 2 cores, 8 EFA interfaces, 8 network cards of 100 Gbps.
+    #[test]
+    fn neuron_devices_efa_and_bandwidth_become_resources_and_labels() {
+        let card = |i| {
+            ec2::NetworkCardInfo::builder()
+                .network_card_index(i)
+                .maximum_network_interfaces(5)
+                .baseline_bandwidth_in_gbps(100.0)
+                .build()
+        };
+        let mut net = ec2::NetworkInfo::builder()
+            .maximum_network_interfaces(40)
+            .ipv4_addresses_per_interface(50)
+            .efa_info(ec2::EfaInfo::builder().maximum_efa_interfaces(8).build());
+        for i in 0..8 {
+            net = net.network_cards(card(i));
+        }
+        let info = ec2::InstanceTypeInfo::builder()
+            .instance_type(ec2::InstanceType::from("trn1.32xlarge"))
+            .processor_info(ec2::ProcessorInfo::builder().supported_architectures(ec2::ArchitectureType::X8664).build())
+            .v_cpu_info(ec2::VCpuInfo::builder().default_v_cpus(128).build())
+            .memory_info(ec2::MemoryInfo::builder().size_in_mib(524_288).build())
+            .network_info(net.build())
+            .neuron_info(
+                ec2::NeuronInfo::builder()
+                    .neuron_devices(
+                        ec2::NeuronDeviceInfo::builder()
+                            .name("Trainium")
+                            .count(16)
+                            .core_info(ec2::NeuronDeviceCoreInfo::builder().count(2).version(2).build())
+                            .build(),
+                    )
+                    .build(),
+            )
+            .build();
+        let shape = shape_of(&info).unwrap().unwrap();
+        let it = catalog::instance_type(&shape, 20, &Kubelet::default(), AmiFamily::Al2023, 0.075, Vec::new());
+        let get = |name: &str| it.capacity.get(ResourceName::intern(name).unwrap());
+        assert_eq!((get(NEURON), get(NEURON_CORE), get(EFA)), (16, 32, 8));
+        assert_eq!(it.labels[catalog::LABEL_ACCELERATOR_NAME], "trainium");
+        assert_eq!(it.labels[catalog::LABEL_ACCELERATOR_MANUFACTURER], "aws");
+        assert_eq!(it.labels[catalog::LABEL_ACCELERATOR_COUNT], "16");
+        assert_eq!(it.labels[catalog::LABEL_NETWORK_BANDWIDTH], "800000");
+        assert!(!it.labels.contains_key(catalog::LABEL_GPU_COUNT));
+    }
+
     #[test]
     fn an_incomplete_instance_type_is_dropped_and_the_rest_remain() {
         let info = |name: &str, memory: Option<i64>| {
