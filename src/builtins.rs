@@ -182,6 +182,7 @@ async fn aws(
     aws.cluster_ca_bundle = settings.cluster_ca_bundle.clone();
     aws.cluster_service_cidr = settings.cluster_service_cidr.clone();
     aws.isolated_vpc = settings.isolated_vpc;
+    aws.reserved_capacity = settings.feature_gates.reserved_capacity();
     let provider = Arc::new(AwsProvider::new(aws).await.with_unavailable_offerings(unavailable.clone()));
     tracing::info!(region = provider.region(), "the aws provider");
     tokio::spawn(kubernetes_version(provider.clone(), client.clone()));

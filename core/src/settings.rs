@@ -393,6 +393,11 @@ impl FeatureGates {
         self.enabled("NodeRepair")
     }
 
+    /// Reserved capacity: cloud capacity reservations offered and targeted.
+    pub fn reserved_capacity(&self) -> bool {
+        self.enabled("ReservedCapacity")
+    }
+
     fn parse(text: &str) -> Result<Self, String> {
         let mut gates: BTreeMap<String, bool> =
             FEATURE_GATE_DEFAULTS.iter().map(|(n, v)| ((*n).to_owned(), *v)).collect();

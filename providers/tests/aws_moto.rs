@@ -1411,3 +1411,191 @@ async fn a_spot_interruption_from_sqs_replaces_the_node_in_virtual_time() {
         provider.delete(&c).await.unwrap();
     }
 }
+
+/// A capacity reservation as `DescribeCapacityReservations` reports it, tagged to this test.
+fn reservation(
+    env: &Env,
+    id: &str,
+    itype: &str,
+    zone: &str,
+    free: i32,
+    kind: &str,
+    end: Option<String>,
+) -> serde_json::Value {
+    let mut r = serde_json::json!({
+        "Region": env.region, "CapacityReservationId": id, "OwnerId": "123456789012", "InstanceType": itype,
+        "InstancePlatform": "Linux/UNIX", "AvailabilityZone": zone, "Tenancy": "default", "State": "active",
+        "TotalInstanceCount": free.max(1), "AvailableInstanceCount": free, "InstanceMatchCriteria": "targeted",
+        "ReservationType": kind, "EndDateType": "unlimited",
+        "Tags": [{"Key": "tenon-test", "Value": env.cluster}]
+    });
+    if let Some(end) = end {
+        r["EndDate"] = end.into();
+        r["EndDateType"] = "limited".into();
+    }
+    r
+}
+
+/// Fault-injected (moto has no capacity reservations; the switchboard serves `DescribeCapacityReservations`,
+/// checked against EC2's model): a class's reservation terms resolve to its active reservations (an ended
+/// one is dropped, a capacity block about to end is kept as `expiring`), each a `reserved` offering of its
+/// type and zone, counted and nearly free; a claim that may take reserved capacity launches into it through
+/// a launch template targeting the reservation, and the count goes down; a reservation that turns out full
+/// is marked so without marking the on-demand offering of its type and zone. Other launches opt out of
+/// open reservations.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn capacity_reservations_are_offered_and_targeted() {
+    use tenon_core::api::ConditionStatus;
+    let env = Env::new("reserved").await;
+    let (zone_a, zone_b) = (env.subnets[0].1.clone(), env.subnets[1].1.clone());
+    let clock = VirtualClock::new(jiff::Timestamp::from_second(1_800_000_000).unwrap());
+    let at = |secs: i64| jiff::Timestamp::from_second(1_800_000_000 + secs).unwrap().to_string();
+    let odcr = format!("cr-{:x}a", std::process::id());
+    let block = format!("cr-{:x}b", std::process::id());
+    let ended = format!("cr-{:x}c", std::process::id());
+    env.fault(
+        "/_fault/capacity-reservations",
+        serde_json::json!({"reservations": [
+            reservation(&env, &odcr, "m5.large", &zone_a, 2, "default", None),
+            reservation(&env, &block, "c5.large", &zone_b, 4, "capacity-block", Some(at(10 * 60))),
+            reservation(&env, &ended, "m5.xlarge", &zone_a, 4, "default", Some(at(-60))),
+        ]}),
+    )
+    .await;
+    let p = AwsProvider::from_sdk_config(env.settings(), &sdk_config().await).with_clock(clock.clone());
+    let mut class = env.node_class();
+    class.spec.capacity_reservation_selector_terms =
+        vec![serde_json::from_value(serde_json::json!({"tags": {"tenon-test": env.cluster}})).unwrap()];
+    p.apply_node_class(class.clone()).unwrap();
+    let status = p.node_class_status(&class).await;
+    let ready = status.conditions.iter().find(|c| c.type_ == "CapacityReservationsReady").unwrap();
+    assert_eq!(ready.status, ConditionStatus::True);
+    let ids: Vec<(&str, &str, &str)> = status
+        .capacity_reservations
+        .iter()
+        .map(|r| (r.id.as_str(), r.reservation_type.as_str(), r.state.as_str()))
+        .collect();
+    assert_eq!(ids, [(odcr.as_str(), "default", "active"), (block.as_str(), "capacity-block", "expiring")]);
+
+    let reserved = |types: &[tenon_core::cloud::InstanceType], name: &str| {
+        let t = types.iter().find(|t| t.name == name).unwrap();
+        t.offerings.iter().find(|o| o.capacity_type == CapacityType::Reserved).cloned()
+    };
+    let types = p.instance_types(&env.pool()).await.unwrap();
+    let m5 = reserved(&types, "m5.large").unwrap();
+    assert_eq!((m5.zone.as_str(), m5.available, m5.reservation_capacity), (zone_a.as_str(), true, Some(2)));
+    assert_eq!(m5.reservation_id.as_deref(), Some(odcr.as_str()));
+    assert!(m5.price < 1e-6, "reserved capacity is paid for already: {}", m5.price);
+    assert!(!reserved(&types, "c5.large").unwrap().available, "a capacity block about to end is not offered");
+    assert!(reserved(&types, "m5.xlarge").is_none(), "an ended reservation is gone");
+
+    // A claim that may take reserved capacity takes it first.
+    let claim = env.claim(
+        "reserved-1",
+        vec![req(labels::INSTANCE_TYPE, &["m5.large"]), req(labels::CAPACITY_TYPE, &["reserved", "on-demand"])],
+    );
+    let i = p.create(&claim, &LaunchOptions::default()).await.unwrap();
+    assert_eq!((i.capacity_type, i.zone.as_str()), (CapacityType::Reserved, zone_a.as_str()));
+    assert_eq!(i.labels.get("karpenter.k8s.aws/capacity-reservation-id"), Some(&odcr));
+    assert_eq!(i.labels.get("karpenter.k8s.aws/capacity-reservation-type").map(String::as_str), Some("default"));
+    assert_eq!(i.labels.get(labels::RESERVATION_ID), Some(&odcr));
+    let target = |data: &ec2::ResponseLaunchTemplateData| {
+        data.capacity_reservation_specification().map(|s| {
+            (
+                s.capacity_reservation_preference().map(|p| p.as_str().to_owned()),
+                s.capacity_reservation_target().and_then(|t| t.capacity_reservation_id()).map(str::to_owned),
+            )
+        })
+    };
+    let mut targets = Vec::new();
+    for lt in launch_templates(&env).await {
+        targets.push(target(&template_data(&env, &lt).await));
+    }
+    assert_eq!(targets, [Some((Some("capacity-reservations-only".into()), Some(odcr.clone())))]);
+    let types = p.instance_types(&env.pool()).await.unwrap();
+    assert_eq!(reserved(&types, "m5.large").unwrap().reservation_capacity, Some(1), "one taken");
+
+    // The reservation is full after all: the launch fails over its reservation, not its market.
+    env.fail_fleet_overrides(Some("m5.large"), None, "ReservationCapacityExceeded").await;
+    let claim2 = env.claim(
+        "reserved-2",
+        vec![req(labels::INSTANCE_TYPE, &["m5.large"]), req(labels::CAPACITY_TYPE, &["reserved"])],
+    );
+    let err = p.create(&claim2, &LaunchOptions::default()).await.unwrap_err();
+    assert!(matches!(err, CloudError::InsufficientCapacity { .. }), "{err}");
+    let types = p.instance_types(&env.pool()).await.unwrap();
+    let m5 = reserved(&types, "m5.large").unwrap();
+    assert!(!m5.available && m5.reservation_capacity == Some(0));
+    let t = types.iter().find(|t| t.name == "m5.large").unwrap();
+    assert!(
+        t.offering(&zone_a, CapacityType::OnDemand).unwrap().available,
+        "on-demand m5.large in {zone_a} is untouched"
+    );
+    env.clear_faults().await;
+
+    // An on-demand launch never lands in an open reservation by chance.
+    let claim3 = env.claim(
+        "reserved-3",
+        vec![req(labels::INSTANCE_TYPE, &["c5.large"]), req(labels::CAPACITY_TYPE, &["on-demand"])],
+    );
+    let i3 = p.create(&claim3, &LaunchOptions::default()).await.unwrap();
+    assert_eq!(i3.capacity_type, CapacityType::OnDemand);
+    let mut targets = Vec::new();
+    for lt in launch_templates(&env).await {
+        targets.push(target(&template_data(&env, &lt).await));
+    }
+    assert!(targets.contains(&Some((Some("none".into()), None))), "{targets:?}");
+    for (c, id) in [(claim, &i.provider_id), (claim3, &i3.provider_id)] {
+        p.delete(&with_provider_id(c, id)).await.unwrap();
+    }
+}
+
+/// Fault-injected (moto reports every status check passing and knows no scheduled events; the
+/// switchboard's `DescribeInstanceStatus` follows EC2's model): an instance whose check failed more than
+/// two minutes ago is `Impaired`, one failing for less is left alone, a scheduled maintenance is a
+/// `ScheduledChange`, another cluster's instance is not reported; checks are read once a minute, with or
+/// without an interruption queue.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_checks_report_impaired_instances_and_scheduled_events() {
+    use tenon_core::cloud::InterruptionKind;
+    let env = Env::new("status-checks").await;
+    let clock = VirtualClock::new(jiff::Timestamp::from_second(1_800_000_000).unwrap());
+    let ago = |secs: i64| jiff::Timestamp::from_second(1_800_000_000 - secs).unwrap().to_string();
+    let p = AwsProvider::from_sdk_config(env.settings(), &sdk_config().await).with_clock(clock.clone());
+    p.apply_node_class(env.node_class()).unwrap();
+    let mut launched = Vec::new();
+    for n in 0..3 {
+        let claim = env.claim(&format!("checks-{n}"), vec![req(labels::INSTANCE_TYPE, &["m5.large"])]);
+        let i = p.create(&claim, &LaunchOptions::default()).await.unwrap();
+        launched.push((claim, i.provider_id));
+    }
+    let id = |n: usize| tenon_providers::aws::instance_id(&launched[n].1).unwrap().to_owned();
+    let foreign = MotoHarness { env: Env::new("status-foreign").await, provider: Arc::new(env.provider().await) };
+    let foreign_id = foreign.create_foreign_instance().await.unwrap();
+    let foreign_id = tenon_providers::aws::instance_id(&foreign_id).unwrap().to_owned();
+    env.fault(
+        "/_fault/instance-status",
+        serde_json::json!({"statuses": {
+            id(0): {"InstanceStatus": "impaired", "ImpairedSince": ago(600)},
+            id(1): {"SystemStatus": "impaired", "ImpairedSince": ago(30)},
+            id(2): {"Events": [{"Code": "system-maintenance", "Description": "scheduled maintenance", "NotBefore": ago(-3600)}]},
+            foreign_id: {"InstanceStatus": "impaired", "ImpairedSince": ago(600)},
+        }}),
+    )
+    .await;
+    let seen = |found: Vec<tenon_core::cloud::Interruption>| {
+        let v: BTreeMap<String, InterruptionKind> = found.into_iter().map(|i| (i.provider_id, i.kind)).collect();
+        v
+    };
+    let want = BTreeMap::from([
+        (launched[0].1.clone(), InterruptionKind::Impaired),
+        (launched[2].1.clone(), InterruptionKind::ScheduledChange),
+    ]);
+    assert_eq!(seen(p.interruptions().await.unwrap()), want);
+    assert!(p.interruptions().await.unwrap().is_empty(), "read once a minute");
+    clock.advance(Duration::from_secs(60));
+    assert_eq!(seen(p.interruptions().await.unwrap()), want);
+    for (c, pid) in launched {
+        p.delete(&with_provider_id(c, &pid)).await.unwrap();
+    }
+}

@@ -15,6 +15,15 @@ Everything is moto's own behaviour except what a test asks for through `/_fault/
   POST /_fault/ssm-parameters {"parameters": {"/aws/service/eks/optimized-ami/1.33/...": "ami-123"}}
       SSM GetParameter answers these names (public `/aws/service/...` parameters, which moto neither has
       nor lets a caller put); every other name goes to moto's SSM.
+  POST /_fault/capacity-reservations {"reservations": [{"CapacityReservationId": "cr-1", "InstanceType": ...}]}
+      DescribeCapacityReservations (which moto lacks) answers these reservations (EC2's field names), in
+      the region they name (`Region`), by id or by the state, owner-id, instance-match-criteria, tag:K and
+      tag-key filters.
+  POST /_fault/instance-status {"statuses": {"i-1": {"InstanceStatus": "impaired", "SystemStatus": "ok",
+                           "ImpairedSince": "2026-01-01T00:00:00Z", "Events": [{"Code": "system-reboot", ...}]}}}
+      DescribeInstanceStatus reports these checks and scheduled events for those running instances (moto
+      reports every check ok and knows no events), filtered by instance-status.status,
+      system-status.status and event.code.
   POST /_fault/clear      {"subnet_ids": ["subnet-1"]}   removes the capacity rules of those subnets;
                           {} removes every rule, price, product and parameter.
 
@@ -48,6 +57,8 @@ CAPACITY_RULES = []  # dicts: subnet_id, instance_type (optional), code
 SPOT_PRICES = {}  # instance type -> zone -> price
 PRODUCTS = []  # Pricing API products: {"attributes": {...}, "productFamily": ..., "usd": "0.1"}
 SSM_PARAMETERS = {}  # name -> value
+RESERVATIONS = []  # DescribeCapacityReservations entries, with "Region"
+STATUSES = {}  # instance id -> {"InstanceStatus", "SystemStatus", "ImpairedSince", "Events"}
 MODELS = botocore.session.get_session()
 CURRENT = threading.local()  # errors collected while one CreateFleet runs
 
@@ -154,6 +165,109 @@ def _spot_history_with_prices(self):
 
 SpotInstances.describe_spot_price_history = _spot_history_with_prices
 
+
+
+class _Unfit(Exception):
+    """A request the real API would refuse."""
+
+
+def _ec2_error(code, message):
+    from moto.ec2.exceptions import EC2ClientError
+    print(f"moto_faults.py: refused: {code}: {message}", file=sys.stderr)
+    return EC2ClientError(code, message)
+
+
+def _ts(text):
+    return datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+def _describe_capacity_reservations(self):
+    ids = self._get_param("CapacityReservationIds", [])
+    filters = self._filters_from_querystring()
+    if ids and self._get_param("MaxResults") is not None:
+        raise _ec2_error("InvalidParameterCombination", "MaxResults cannot be used with CapacityReservationIds")
+    known = {"state", "owner-id", "instance-match-criteria", "tag-key"}
+    for name in filters:
+        if name not in known and not name.startswith("tag:"):
+            raise _ec2_error("InvalidParameterValue", f"The filter '{name}' is invalid (moto_faults.py)")
+    with LOCK:
+        mine = [dict(r) for r in RESERVATIONS if r.get("Region", "us-east-1") == self.region]
+    if ids:
+        missing = [i for i in ids if i not in {r["CapacityReservationId"] for r in mine}]
+        if missing:
+            raise _ec2_error("InvalidCapacityReservationId.NotFound", f"The capacity reservation ID '{missing[0]}' does not exist")
+        mine = [r for r in mine if r["CapacityReservationId"] in ids]
+    def passes(r):
+        tags = {t["Key"]: t["Value"] for t in r.get("Tags", [])}
+        for name, values in filters.items():
+            if name == "state" and r.get("State") not in values:
+                return False
+            if name == "owner-id" and r.get("OwnerId") not in values:
+                return False
+            if name == "instance-match-criteria" and r.get("InstanceMatchCriteria") not in values:
+                return False
+            if name == "tag-key" and not any(v in tags for v in values):
+                return False
+            if name.startswith("tag:") and tags.get(name[4:]) not in values:
+                return False
+        return True
+    out = []
+    for r in filter(passes, mine):
+        r.pop("Region", None)
+        for k in ("StartDate", "EndDate", "CreateDate"):
+            if k in r:
+                r[k] = _ts(r[k])
+        out.append(r)
+    answer = {"CapacityReservations": out}
+    _check_answer("ec2", "DescribeCapacityReservations", answer)
+    return ActionResult(answer)
+
+
+def _describe_instance_status(self):
+    ids = self._get_param("InstanceIds", [])
+    filters = self._filters_from_querystring()
+    for name in filters:
+        if name not in ("instance-status.status", "system-status.status", "event.code"):
+            raise _ec2_error("InvalidParameterValue", f"The filter '{name}' is invalid (moto_faults.py)")
+    instances = self.ec2_backend.describe_instance_status(ids, False, [])
+    with LOCK:
+        statuses = {k: dict(v) for k, v in STATUSES.items()}
+    out = []
+    for i in instances:
+        s = statuses.get(i.id, {})
+        since = _ts(s["ImpairedSince"]) if "ImpairedSince" in s else None
+        def check(status):
+            details = [{"Name": "reachability", "Status": "failed" if status == "impaired" else "passed"}]
+            if status == "impaired" and since is not None:
+                details[0]["ImpairedSince"] = since
+            return {"Status": status, "Details": details}
+        events = [dict(e, NotBefore=_ts(e["NotBefore"])) if "NotBefore" in e else dict(e) for e in s.get("Events", [])]
+        entry = {
+            "InstanceId": i.id,
+            "AvailabilityZone": i.availability_zone,
+            "InstanceState": {"Code": 16, "Name": "running"},
+            "InstanceStatus": check(s.get("InstanceStatus", "ok")),
+            "SystemStatus": check(s.get("SystemStatus", "ok")),
+            "Events": events,
+        }
+        if "instance-status.status" in filters and entry["InstanceStatus"]["Status"] not in filters["instance-status.status"]:
+            continue
+        if "system-status.status" in filters and entry["SystemStatus"]["Status"] not in filters["system-status.status"]:
+            continue
+        if "event.code" in filters and not any(e.get("Code") in filters["event.code"] for e in events):
+            continue
+        out.append(entry)
+    answer = {"InstanceStatuses": out}
+    _check_answer("ec2", "DescribeInstanceStatus", answer)
+    return ActionResult(answer)
+
+
+from moto.core.responses import ActionResult  # noqa: E402
+from moto.ec2.responses import EC2Response  # noqa: E402
+
+EC2Response.describe_capacity_reservations = _describe_capacity_reservations
+EC2Response.describe_instance_status = _describe_instance_status
+
 MOTO = DomainDispatcherApplication(create_backend_app)
 
 
@@ -177,7 +291,11 @@ def _checked(service, operation, request):
 
 
 def _check_answer(service, operation, answer):
-    validate_parameters(answer, _operation(service, operation).output_shape)
+    try:
+        validate_parameters(answer, _operation(service, operation).output_shape)
+    except ParamValidationError as e:
+        print(f"moto_faults.py: an answer to {operation} does not fit its model: {e}", file=sys.stderr)
+        raise
     return answer
 
 
@@ -245,6 +363,7 @@ def _aws_json(environ, start_response, target):
             answer["Parameter"]["LastModifiedDate"] = answer["Parameter"]["LastModifiedDate"].timestamp()
             return _json_answer(start_response, "200 OK", answer), raw
     except ParamValidationError as e:
+        print(f"moto_faults.py: refused {target}: {e}", file=sys.stderr)
         return _json_error(start_response, "400 Bad Request", "ValidationException", f"moto_faults.py: {e}"), raw
     return None, raw
 
@@ -267,6 +386,10 @@ def _fault(environ, start_response):
             PRODUCTS.extend(body.get("products", []))
         elif path == "/_fault/ssm-parameters":
             SSM_PARAMETERS.update(body.get("parameters", {}))
+        elif path == "/_fault/capacity-reservations":
+            RESERVATIONS.extend(body.get("reservations", []))
+        elif path == "/_fault/instance-status":
+            STATUSES.update(body.get("statuses", {}))
         elif path == "/_fault/clear":
             subnets = body.get("subnet_ids")
             if subnets is None:
@@ -274,6 +397,8 @@ def _fault(environ, start_response):
                 SPOT_PRICES.clear()
                 PRODUCTS.clear()
                 SSM_PARAMETERS.clear()
+                RESERVATIONS.clear()
+                STATUSES.clear()
             else:
                 CAPACITY_RULES[:] = [r for r in CAPACITY_RULES if r.get("subnet_id") not in subnets]
         else:

@@ -440,6 +440,12 @@ pub enum InterruptionKind {
     Terminating,
     /// A rebalance recommendation: informational, no action.
     Rebalance,
+    /// The capacity reservation the instance runs in is taking it back (an interruptible reservation's
+    /// notice); the provider marks the reservation full.
+    ReservationInterruption,
+    /// The instance or the host under it is impaired (a failed status check): it is terminated without
+    /// waiting for a graceful drain.
+    Impaired,
 }
 
 /// An interruption event from a provider's stream.

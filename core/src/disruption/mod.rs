@@ -11,6 +11,7 @@
 mod candidates;
 mod consolidation;
 pub mod queue;
+pub(crate) use queue::bound_termination;
 pub mod workload;
 
 use std::collections::BTreeSet;

@@ -345,7 +345,9 @@ async fn untaint(cluster: &dyn Cluster, node: &str) -> Result<(), ApiError> {
 /// nothing cleared).
 /// Writes `karpenter.sh/nodeclaim-termination-timestamp` on a claim about to be deleted, unless it already
 /// holds an earlier deadline: its drain ends by `deadline`, whatever its `terminationGracePeriod`.
-async fn bound_termination(cluster: &dyn Cluster, claim: &str, deadline: Timestamp) -> Result<(), ApiError> {
+/// Sets `claim`'s termination deadline (`karpenter.sh/nodeclaim-termination-timestamp`) to `deadline`,
+/// unless it already has an earlier one.
+pub(crate) async fn bound_termination(cluster: &dyn Cluster, claim: &str, deadline: Timestamp) -> Result<(), ApiError> {
     let snapshot = cluster.snapshot();
     let Some(c) = snapshot.claim(claim) else { return Err(ApiError::not_found(format!("NodeClaim/{claim}"))) };
     if c.termination_deadline().is_some_and(|d| d <= deadline) {

@@ -636,7 +636,10 @@ impl Lifecycle {
     }
 
     /// Acts on an interruption: the claim is deleted at once (its node tainted and drained, its pods
-    /// provisioned elsewhere), and an interrupted spot offering is marked unavailable. Returns the claim.
+    /// provisioned elsewhere), and an interrupted spot offering is marked unavailable. An impaired
+    /// instance's claim is first given a termination deadline of now
+    /// (`karpenter.sh/nodeclaim-termination-timestamp`), so its drain does not wait on pods that cannot
+    /// leave a broken machine. Returns the claim.
     pub async fn interrupt(
         &mut self,
         cluster: &dyn Cluster,
@@ -659,6 +662,13 @@ impl Lifecycle {
             self.unavailable.mark(provider.name(), &key, self.settings.unavailable_offerings_ttl, now);
         }
         tracing::info!(claim = claim.name(), kind = ?event.kind, "interrupted");
+        if event.kind == InterruptionKind::Impaired {
+            match crate::disruption::bound_termination(cluster, claim.name(), now).await {
+                Ok(()) => {}
+                Err(e) if e.is_not_found() => return Ok(None),
+                Err(e) => return Err(e),
+            }
+        }
         match cluster.delete_claim(claim.name()).await {
             Ok(()) => {}
             Err(e) if e.is_not_found() => return Ok(None),

@@ -688,6 +688,35 @@ async fn a_spot_interruption_drains_replaces_and_marks_the_offering() {
     assert_eq!(w.api.lock().evicted, ["default/job"]);
 }
 
+/// An impaired instance (a failed status check) is terminated without a graceful drain: its claim gets a
+/// termination deadline of now before it is deleted; no offering is marked (the hardware failed, not the
+/// market). A reservation's interruption drains as a scheduled change does.
+#[tokio::test]
+async fn an_impaired_instance_is_terminated_without_waiting_for_its_drain() {
+    let mut w = World::new();
+    running(&mut w, "c1").await;
+    running(&mut w, "c2").await;
+    let now = w.clock.now();
+    let pid = w.claim_("c1").provider_id().unwrap().to_owned();
+    assert!(w.claim_("c1").termination_deadline().is_none());
+    let hit = w
+        .lifecycle
+        .interrupt(&w.api, &w.api.snapshot(), &Interruption { provider_id: pid, kind: InterruptionKind::Impaired }, now)
+        .await
+        .unwrap();
+    assert_eq!(hit.as_deref(), Some("c1"));
+    assert!(w.deleting("c1"));
+    assert_eq!(w.claim_("c1").termination_deadline(), Some(now));
+    let zone = w.claim_("c1").label(labels::ZONE).unwrap().to_owned();
+    let key = OfferingKey::new("fake.gpu", &zone, crate::cloud::CapacityType::Spot);
+    assert!(!w.unavailable.is_unavailable("fake", &key, now));
+    let pid = w.claim_("c2").provider_id().unwrap().to_owned();
+    let event = Interruption { provider_id: pid, kind: InterruptionKind::ReservationInterruption };
+    w.lifecycle.interrupt(&w.api, &w.api.snapshot(), &event, now).await.unwrap();
+    assert!(w.deleting("c2"));
+    assert!(w.claim_("c2").termination_deadline().is_none(), "drained as usual");
+}
+
 #[tokio::test]
 async fn volumes_detach_before_the_instance_goes_and_deleting_the_node_deletes_the_claim() {
     let mut w = World::new();

@@ -33,6 +33,9 @@ pub fn parse(body: &str) -> Result<Vec<Notice>, String> {
         ("aws.ec2", "EC2 Spot Instance Interruption Warning") => {
             Ok(vec![Notice { instance_id: instance_id()?, kind: InterruptionKind::SpotInterruption }])
         }
+        ("aws.ec2", "EC2 Capacity Reservation Instance Interruption Warning") => {
+            Ok(vec![Notice { instance_id: instance_id()?, kind: InterruptionKind::ReservationInterruption }])
+        }
         ("aws.ec2", "EC2 Instance Rebalance Recommendation") => {
             Ok(vec![Notice { instance_id: instance_id()?, kind: InterruptionKind::Rebalance }])
         }
@@ -75,7 +78,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn reads_the_four_event_kinds() {
+    fn reads_the_five_event_kinds() {
         let spot = r#"{"version":"0","id":"1","detail-type":"EC2 Spot Instance Interruption Warning","source":"aws.ec2",
             "account":"123456789012","time":"2026-01-01T00:00:00Z","region":"us-east-1",
             "resources":["arn:aws:ec2:us-east-1b:instance/i-0abc"],"detail":{"instance-id":"i-0abc","instance-action":"terminate"}}"#;
@@ -92,6 +95,12 @@ mod tests {
         let health = r#"{"source":"aws.health","detail-type":"AWS Health Event","detail":{"service":"EC2",
             "eventTypeCategory":"scheduledChange","affectedEntities":[{"entityValue":"i-1"},{"entityValue":"i-2"}]}}"#;
         assert_eq!(parse(health).unwrap().len(), 2);
+        let reservation = r#"{"version":"0","source":"aws.ec2","detail-type":"EC2 Capacity Reservation Instance Interruption Warning",
+            "detail":{"instance-id":"i-7","instance-action":"terminate"}}"#;
+        assert_eq!(
+            parse(reservation).unwrap(),
+            [Notice { instance_id: "i-7".into(), kind: InterruptionKind::ReservationInterruption }]
+        );
     }
 
     #[test]

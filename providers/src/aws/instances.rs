@@ -11,9 +11,11 @@ use tenon_core::resources::Resources;
 
 use super::catalog::{self, Shape};
 use super::errors::sdk_error;
+use super::fleet::reservation_labels;
 use super::kubelet::{AmiFamily, Kubelet};
 use super::nodeclass;
 use super::provider::{AwsProvider, NAME, TAG_NODE_CLAIM, TAG_NODE_CLASS, TAG_NODE_POOL, filter, tags_of};
+use super::reservations::ResolvedCapacityReservation;
 
 /// States of an instance that still exists.
 const LIVE_STATES: [&str; 5] = ["pending", "running", "stopping", "stopped", "shutting-down"];
@@ -106,7 +108,15 @@ impl AwsProvider {
             .instance_type()
             .map(|t| t.as_str().to_owned())
             .ok_or_else(|| CloudError::message(NAME, format!("instance {id}: no InstanceType")))?;
+        // In a reservation only when launched to draw on it (an instance that landed in an open reservation
+        // by EC2's matching is on-demand), as Karpenter tells them apart.
+        let reservation = i.capacity_reservation_id().filter(|_| {
+            self.settings.reserved_capacity
+                && i.capacity_reservation_specification().and_then(|s| s.capacity_reservation_preference())
+                    == Some(&ec2::CapacityReservationPreference::CapacityReservationsOnly)
+        });
         let capacity_type = match i.instance_lifecycle() {
+            _ if reservation.is_some() => CapacityType::Reserved,
             Some(ec2::InstanceLifecycleType::Spot) => CapacityType::Spot,
             _ => CapacityType::OnDemand,
         };
@@ -134,18 +144,39 @@ impl AwsProvider {
                 Vec::new(),
             )
         });
+        let on_demand = || self.known_on_demand_prices().and_then(|p| p.get(&itype).copied());
         let price = match capacity_type {
-            CapacityType::Spot => {
-                self.state().spot.as_ref().and_then(|s| s.value.get(&(itype.clone(), zone.to_owned())).copied())
-            }
-            _ => None,
-        }
-        .or_else(|| self.known_on_demand_prices().and_then(|p| p.get(&itype).copied()));
+            CapacityType::Spot => self
+                .state()
+                .spot
+                .as_ref()
+                .and_then(|s| s.value.get(&(itype.clone(), zone.to_owned())).copied())
+                .or_else(on_demand),
+            // Priced as its offering is: paid for either way.
+            CapacityType::Reserved => on_demand().map(|p| p / 1e7),
+            _ => on_demand(),
+        };
         let mut node_labels = it.as_ref().map(|t| t.labels.clone()).unwrap_or_default();
         node_labels.insert(labels::INSTANCE_TYPE.to_owned(), itype.clone());
         node_labels.insert(labels::ZONE.to_owned(), zone.to_owned());
         node_labels.insert(labels::CAPACITY_TYPE.to_owned(), capacity_type.as_str().to_owned());
         node_labels.insert(labels::REGION.to_owned(), self.region.clone());
+        let status = class.as_ref().and_then(|c| self.state().resolved.get(c.name()).map(|r| r.status.clone()));
+        if let Some(zone_id) =
+            status.as_ref().and_then(|s| s.subnets.iter().find(|s| s.zone == zone)).and_then(|s| s.zone_id.clone())
+        {
+            node_labels.insert(catalog::LABEL_ZONE_ID.to_owned(), zone_id);
+        }
+        if let Some(id) = reservation {
+            let lifecycle = i.instance_lifecycle().map(|l| l.as_str());
+            let r = ResolvedCapacityReservation {
+                id: id.to_owned(),
+                reservation_type: if lifecycle == Some("capacity-block") { "capacity-block" } else { "default" }.into(),
+                interruptible: lifecycle == Some("interruptible-capacity-reservation"),
+                ..Default::default()
+            };
+            node_labels.extend(reservation_labels(&r));
+        }
         Ok(Instance {
             provider_id: provider_id(zone, id),
             instance_type: itype,
@@ -182,7 +213,13 @@ impl AwsProvider {
         let id = instance_id(pid)?;
         let i = self.describe(id).await?;
         match i.state().and_then(|s| s.name()) {
-            Some(ec2::InstanceStateName::Terminated) => return Err(CloudError::NotFound(pid.to_owned())),
+            Some(ec2::InstanceStateName::Terminated) => {
+                // Gone: its reservation has room for one more until read again.
+                if let Some(r) = i.capacity_reservation_id() {
+                    self.mark_reservation_terminated(r);
+                }
+                return Err(CloudError::NotFound(pid.to_owned()));
+            }
             Some(ec2::InstanceStateName::ShuttingDown) => return Ok(()),
             _ => {}
         }
@@ -214,7 +251,11 @@ impl AwsProvider {
         let (class, status) = self.resolve_node_class(name).await?;
         let i = self.describe(instance_id(pid)?).await?;
         let tags = tags_of(i.tags());
-        if tags.get(nodeclass::HASH_ANNOTATION).is_some_and(|h| *h != class.static_hash()) {
+        // A hash made by another recipe says nothing about the class (instances from before the version tag
+        // were hashed by the first recipe).
+        let same_recipe =
+            tags.get(nodeclass::HASH_VERSION_ANNOTATION).map_or("v1", String::as_str) == nodeclass::HASH_VERSION;
+        if same_recipe && tags.get(nodeclass::HASH_ANNOTATION).is_some_and(|h| *h != class.static_hash()) {
             return Ok(Some(DriftReason("NodeClassDrift".into())));
         }
         let image = claim.status.as_ref().and_then(|s| s.image_id.clone()).or_else(|| i.image_id().map(str::to_owned));
@@ -233,6 +274,14 @@ impl AwsProvider {
             && !status.subnets.iter().any(|s| s.id == subnet)
         {
             return Ok(Some(DriftReason("SubnetDrift".into())));
+        }
+        if let Some(r) = i.capacity_reservation_id()
+            && self.settings.reserved_capacity
+            && !status.capacity_reservations.iter().any(|c| c.id == r)
+            && i.capacity_reservation_specification().and_then(|s| s.capacity_reservation_preference())
+                == Some(&ec2::CapacityReservationPreference::CapacityReservationsOnly)
+        {
+            return Ok(Some(DriftReason("CapacityReservationDrift".into())));
         }
         Ok(None)
     }

@@ -16,6 +16,7 @@ use super::errors::sdk_error;
 use super::kubelet::AmiFamily;
 use super::nodeclass::{EC2NodeClass, EC2NodeClassStatus, ResolvedAmi};
 use super::provider::{AwsProvider, TAG_EKS_CLUSTER, TAG_NODE_CLASS, TAG_NODE_POOL, filter, tag};
+use super::reservations::ResolvedCapacityReservation;
 
 impl AwsProvider {
     /// What nodes need of the cluster: the settings' endpoint, CA bundle and service CIDR, with what they
@@ -161,30 +162,35 @@ impl AwsProvider {
     }
 
     /// The name of the launch template for (NodeClass spec, AMI, security groups, instance profile, user
-    /// data).
-    fn launch_template_name(
-        &self,
-        class: &EC2NodeClass,
-        status: &EC2NodeClassStatus,
-        ami: &ResolvedAmi,
-        user_data: &str,
-    ) -> String {
-        let data = tenon_core::api::stable_hash(&serde_json::Value::String(user_data.to_owned()));
-        format!("{}{data}", self.launch_template_prefix(class, status, ami))
+    /// data, capacity type, reservation).
+    fn launch_template_name(&self, class: &EC2NodeClass, status: &EC2NodeClassStatus, t: &Template<'_>) -> String {
+        let mut key = serde_json::json!({"userData": t.user_data});
+        // Keys added later join only when they say something, so existing templates keep their names.
+        if self.settings.reserved_capacity {
+            key["capacityType"] = t.capacity_type.as_str().into();
+        }
+        if let Some(r) = t.reservation {
+            key["reservation"] = r.id.clone().into();
+        }
+        let data = match (self.settings.reserved_capacity, t.reservation) {
+            (false, None) => tenon_core::api::stable_hash(&serde_json::Value::String(t.user_data.to_owned())),
+            _ => tenon_core::api::stable_hash(&key),
+        };
+        format!("{}{data}", self.launch_template_prefix(class, status, t.ami))
     }
 
-    /// The launch template for (NodeClass, AMI, user data, security groups), created when missing, tagged
-    /// as tag-scoped IAM policies expect: the cluster, `eks:eks-cluster-name`, the class and the pool
-    /// (`pool`, whose claims' user data it carries).
+    /// The launch template for (NodeClass, AMI, user data, security groups, reservation), created when
+    /// missing, tagged as tag-scoped IAM policies expect: the cluster, `eks:eks-cluster-name`, the class
+    /// and the pool (whose claims' user data it carries); the network interfaces (and spot requests) it
+    /// makes carry the same tags.
     pub(super) async fn ensure_launch_template(
         &self,
         class: &EC2NodeClass,
         status: &EC2NodeClassStatus,
-        ami: &ResolvedAmi,
-        user_data: &str,
-        pool: &str,
+        template: &Template<'_>,
     ) -> Result<String, CloudError> {
-        let name = self.launch_template_name(class, status, ami, user_data);
+        let (ami, pool) = (template.ami, template.pool);
+        let name = self.launch_template_name(class, status, template);
         if self.state().templates.contains(&name) {
             return Ok(name);
         }
@@ -195,16 +201,36 @@ impl AwsProvider {
             Err(e) => return Err(sdk_error("DescribeLaunchTemplates", e)),
         };
         if !exists {
-            let data = self.launch_template_data(class, status, ami, user_data)?;
-            let mut tags = ec2::TagSpecification::builder()
-                .resource_type(ec2::ResourceType::LaunchTemplate)
-                .tags(tag(&self.cluster_tag(), "owned"))
-                .tags(tag(TAG_NODE_CLASS, class.name()))
-                .tags(tag(TAG_EKS_CLUSTER, &self.settings.cluster_name))
-                .tags(tag(TAG_NODE_POOL, pool));
-            for (k, v) in &class.spec.tags {
-                tags = tags.tags(tag(k, v));
+            let mut owned: BTreeMap<String, String> = class.spec.tags.clone();
+            owned.insert(self.cluster_tag(), "owned".into());
+            owned.insert(TAG_NODE_CLASS.into(), class.name().into());
+            owned.insert(TAG_EKS_CLUSTER.into(), self.settings.cluster_name.clone());
+            owned.insert(TAG_NODE_POOL.into(), pool.into());
+            let mut data = self.launch_template_data(class, status, ami, template.user_data)?;
+            let mut made = vec![ec2::ResourceType::NetworkInterface];
+            if template.capacity_type == CapacityType::Spot {
+                made.push(ec2::ResourceType::SpotInstancesRequest);
             }
+            for rt in made {
+                data = data.tag_specifications(
+                    ec2::LaunchTemplateTagSpecificationRequest::builder()
+                        .resource_type(rt)
+                        .set_tags(Some(owned.iter().map(|(k, v)| tag(k, v)).collect()))
+                        .build(),
+                );
+            }
+            if self.settings.reserved_capacity {
+                data = data.capacity_reservation_specification(reservation_specification(template.reservation));
+            }
+            if let Some(market) = template.reservation.and_then(reservation_market) {
+                data = data.instance_market_options(
+                    ec2::LaunchTemplateInstanceMarketOptionsRequest::builder().market_type(market).build(),
+                );
+            }
+            let data = data.build();
+            let tags = ec2::TagSpecification::builder()
+                .resource_type(ec2::ResourceType::LaunchTemplate)
+                .set_tags(Some(owned.iter().map(|(k, v)| tag(k, v)).collect()));
             match self
                 .ec2
                 .create_launch_template()
@@ -229,7 +255,7 @@ impl AwsProvider {
         status: &EC2NodeClassStatus,
         ami: &ResolvedAmi,
         user_data: &str,
-    ) -> Result<ec2::RequestLaunchTemplateData, CloudError> {
+    ) -> Result<ec2::builders::RequestLaunchTemplateDataBuilder, CloudError> {
         let s = &class.spec;
         let mut d = ec2::RequestLaunchTemplateData::builder().image_id(&ami.id);
         for g in &status.security_groups {
@@ -293,6 +319,49 @@ impl AwsProvider {
                     .build(),
             );
         }
-        Ok(d.build())
+        Ok(d)
+    }
+}
+
+/// What a launch template is made for, beyond its class.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Template<'a> {
+    /// The image.
+    pub(super) ami: &'a ResolvedAmi,
+    /// The user data.
+    pub(super) user_data: &'a str,
+    /// The pool whose claims it launches (a tag).
+    pub(super) pool: &'a str,
+    /// The capacity type of its launches.
+    pub(super) capacity_type: CapacityType,
+    /// The reservation its launches draw on.
+    pub(super) reservation: Option<&'a ResolvedCapacityReservation>,
+}
+
+/// The template's reservation preference: only the reservation a reserved launch chose; none for every
+/// other launch, which so never lands in an open reservation by chance.
+fn reservation_specification(
+    reservation: Option<&ResolvedCapacityReservation>,
+) -> ec2::LaunchTemplateCapacityReservationSpecificationRequest {
+    let b = ec2::LaunchTemplateCapacityReservationSpecificationRequest::builder();
+    match reservation {
+        Some(r) => b
+            .capacity_reservation_preference(ec2::CapacityReservationPreference::CapacityReservationsOnly)
+            .capacity_reservation_target(
+                ec2::CapacityReservationTarget::builder().capacity_reservation_id(&r.id).build(),
+            ),
+        None => b.capacity_reservation_preference(ec2::CapacityReservationPreference::None),
+    }
+    .build()
+}
+
+/// The market a reservation's instances are bought in, when not on-demand's.
+fn reservation_market(r: &ResolvedCapacityReservation) -> Option<ec2::MarketType> {
+    if r.is_capacity_block() {
+        Some(ec2::MarketType::CapacityBlock)
+    } else if r.interruptible {
+        Some(ec2::MarketType::InterruptibleCapacityReservation)
+    } else {
+        None
     }
 }

@@ -24,6 +24,7 @@ pub mod nodeclass;
 mod offerings;
 mod pricing;
 mod provider;
+pub mod reservations;
 mod resolve;
 mod settings;
 mod shapes;

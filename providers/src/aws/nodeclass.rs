@@ -17,6 +17,12 @@ pub const GROUP: &str = "karpenter.k8s.aws";
 pub const KIND: &str = "EC2NodeClass";
 /// The key of the static hash: tenon tags every instance with it at launch.
 pub const HASH_ANNOTATION: &str = "karpenter.k8s.aws/ec2nodeclass-hash";
+/// The key of the version of the static hash's recipe, beside the hash.
+pub const HASH_VERSION_ANNOTATION: &str = "karpenter.k8s.aws/ec2nodeclass-hash-version";
+/// The version of [`EC2NodeClass::static_hash`]'s recipe. An instance tagged with another version is not
+/// judged on the hash (the recipe changed, not the class), as Karpenter skips static drift across
+/// versions; bump it whenever the recipe changes.
+pub const HASH_VERSION: &str = "v1";
 
 /// The desired state of an `EC2NodeClass`.
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, Default, JsonSchema)]
@@ -82,6 +88,11 @@ pub struct EC2NodeClassSpec {
     /// The EC2 Fleet context (a reserved-capacity or partner context id) passed to `CreateFleet`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub context: Option<String>,
+    /// Which capacity reservations (on-demand capacity reservations, capacity blocks) the class launches
+    /// into as `reserved` capacity ([`crate::aws::reservations`]). A dynamic field: not hashed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 30))]
+    pub capacity_reservation_selector_terms: Vec<super::reservations::CapacityReservationSelectorTerm>,
 }
 
 /// The schema of an open object the API server keeps as written.
@@ -299,8 +310,12 @@ pub struct EC2NodeClassStatus {
     /// The instance profile instances are launched with.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub instance_profile: Option<String>,
-    /// `SubnetsReady`, `SecurityGroupsReady`, `AMIsReady`, `InstanceProfileReady`, and `Ready` over
-    /// them all, as Karpenter's AWS provider writes them.
+    /// The capacity reservations the class launches into, by id.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub capacity_reservations: Vec<super::reservations::ResolvedCapacityReservation>,
+    /// `SubnetsReady`, `SecurityGroupsReady`, `AMIsReady`, `InstanceProfileReady`,
+    /// `CapacityReservationsReady` (with reserved capacity on), and `Ready` over them all, as Karpenter's
+    /// AWS provider writes them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<tenon_core::api::Condition>,
 }
@@ -315,6 +330,8 @@ pub mod condition_types {
     pub const AMIS_READY: &str = "AMIsReady";
     /// The class names a role or an instance profile.
     pub const INSTANCE_PROFILE_READY: &str = "InstanceProfileReady";
+    /// The capacity reservation selector terms could be read (zero reservations is ready).
+    pub const CAPACITY_RESERVATIONS_READY: &str = "CapacityReservationsReady";
     /// Every other condition is true: the class can launch.
     pub const READY: &str = "Ready";
 }
@@ -466,6 +483,12 @@ impl EC2NodeClass {
                 parse_alias(alias).map_err(|e| format!("EC2NodeClass/{name}: spec.amiSelectorTerms[{i}]: {e}"))?;
             }
         }
+        if s.capacity_reservation_selector_terms.len() > 30 {
+            return Err(format!("EC2NodeClass/{name}: spec.capacityReservationSelectorTerms has more than 30 terms"));
+        }
+        for (i, t) in s.capacity_reservation_selector_terms.iter().enumerate() {
+            super::reservations::validate_term(i, t).map_err(|e| format!("EC2NodeClass/{name}: {e}"))?;
+        }
         for (i, t) in s.subnet_selector_terms.iter().enumerate() {
             if t.id.is_some() != t.tags.is_empty() {
                 return Err(format!(
@@ -529,8 +552,10 @@ mod tests {
             "apiVersion": "karpenter.k8s.aws/v1", "kind": "EC2NodeClass", "metadata": {"name": "default"},
             "spec": {
                 "amiFamily": "AL2023",
-                "amiSelectorTerms": [{"alias": "al2023@latest"}, {"name": "my-ami-*", "owner": "123456789012"}],
+                "amiSelectorTerms": [{"ssmParameter": "/prod/nodes/ami"}, {"name": "my-ami-*", "owner": "123456789012"}],
                 "subnetSelectorTerms": [{"tags": {"karpenter.sh/discovery": "prod"}}, {"id": "subnet-0abc"}],
+                "capacityReservationSelectorTerms": [{"id": "cr-0123456789abcdef0"},
+                    {"tags": {"karpenter.sh/discovery": "prod"}, "ownerID": "123456789012", "instanceMatchCriteria": "targeted"}],
                 "securityGroupSelectorTerms": [{"tags": {"karpenter.sh/discovery": "prod"}}, {"name": "nodes"}],
                 "role": "KarpenterNodeRole-prod",
                 "userData": "#!/bin/bash\necho hello\n",
@@ -556,6 +581,7 @@ mod tests {
             Some("arn:aws:kms:us-west-2:123456789012:key/abcd")
         );
         assert_eq!(serde_json::to_value(&parsed).unwrap(), manifest);
+        parsed.validate().unwrap();
     }
 
     #[test]

@@ -161,6 +161,7 @@ impl AwsProvider {
                     offerings.push(o);
                 }
             }
+            offerings.extend(self.reserved_offerings(&status.capacity_reservations, name, od_price, &subnet_zones));
             let mut it =
                 catalog::instance_type(shape, root, &kubelet, family, self.settings.vm_memory_overhead, offerings);
             if let Some(arch) = shape.architectures.iter().find(|a| archs.contains(a.as_str())) {

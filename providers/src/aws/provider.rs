@@ -19,6 +19,7 @@ use tenon_core::cloud::{
 use super::bootstrap::ClusterInfo;
 use super::catalog::{self, Shape};
 use super::nodeclass::{self, EC2NodeClass, EC2NodeClassStatus, ResolvedAmi, ResolvedSecurityGroup, ResolvedSubnet};
+use super::reservations::ResolvedCapacityReservation;
 use super::settings::AwsSettings;
 
 /// The provider's name.
@@ -43,6 +44,7 @@ pub(super) type ResolvedParts = (
     Result<Vec<ResolvedSubnet>, CloudError>,
     Result<Vec<ResolvedSecurityGroup>, CloudError>,
     Result<Vec<ResolvedAmi>, CloudError>,
+    Result<Vec<ResolvedCapacityReservation>, CloudError>,
 );
 
 #[derive(Debug, Clone)]
@@ -66,6 +68,13 @@ pub(super) struct State {
     pub(super) kubernetes_version: Option<String>,
     /// SSM parameters read: name → (when, value).
     pub(super) ssm: HashMap<String, (Timestamp, String)>,
+    /// How many more instances each capacity reservation holds: read with the class, moved by launches,
+    /// terminations and failures until read again.
+    pub(super) reservation_free: HashMap<String, u32>,
+    /// When EC2's status checks were last read.
+    pub(super) status_checked: Option<Timestamp>,
+    /// EC2 refused `DescribeInstanceStatus`: status checks are not read again.
+    pub(super) status_checks_refused: bool,
     /// When the Pricing API is next asked for on-demand prices (`None`: at the first use).
     pub(super) pricing_due: Option<Timestamp>,
     pub(super) templates: BTreeSet<String>,

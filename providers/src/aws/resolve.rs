@@ -66,12 +66,13 @@ impl AwsProvider {
         if let Some(status) = self.fresh_resolution(name) {
             return Ok((class, status));
         }
-        let (subnets, security_groups, amis) = self.resolve_parts(&class).await;
+        let (subnets, security_groups, amis, reservations) = self.resolve_parts(&class).await;
         let status = EC2NodeClassStatus {
             subnets: subnets?,
             security_groups: security_groups?,
             amis: amis?,
             instance_profile: self.ensure_instance_profile(&class).await?,
+            capacity_reservations: reservations?,
             conditions: Vec::new(),
         };
         Ok((class.clone(), self.remember_resolution(name, &class, status).await))
@@ -79,12 +80,14 @@ impl AwsProvider {
 
     /// The status to write on `class`, as Karpenter's AWS provider writes it: what its terms resolve to,
     /// a condition for each part (`ValidationSucceeded`, `SubnetsReady`, `SecurityGroupsReady`,
-    /// `AMIsReady`, `InstanceProfileReady`) and `Ready` over them all, keeping the transition times of its
+    /// `AMIsReady`, `InstanceProfileReady`, and with reserved capacity on `CapacityReservationsReady`) and
+    /// `Ready` over them all, keeping the transition times of its
     /// current status. Reads EC2 only when the cached resolution is stale, as a launch would; a class that
     /// fails validation is not resolved and keeps what its status last said it resolved to.
     pub async fn node_class_status(&self, class: &EC2NodeClass) -> EC2NodeClassStatus {
         use super::nodeclass::condition_types::{
-            AMIS_READY, INSTANCE_PROFILE_READY, READY, SECURITY_GROUPS_READY, SUBNETS_READY,
+            AMIS_READY, CAPACITY_RESERVATIONS_READY, INSTANCE_PROFILE_READY, READY, SECURITY_GROUPS_READY,
+            SUBNETS_READY,
         };
         use tenon_core::api::condition_types::VALIDATION_SUCCEEDED;
         use tenon_core::api::{ConditionStatus, set_condition};
@@ -109,8 +112,13 @@ impl AwsProvider {
         let name = class.name();
         let known = self.state().classes.get(name).is_some_and(|k| k.spec == class.spec);
         let cached = known.then(|| self.fresh_resolution(name)).flatten();
-        let (subnets, security_groups, amis) = match &cached {
-            Some(s) => (Ok(s.subnets.clone()), Ok(s.security_groups.clone()), Ok(s.amis.clone())),
+        let (subnets, security_groups, amis, reservations) = match &cached {
+            Some(s) => (
+                Ok(s.subnets.clone()),
+                Ok(s.security_groups.clone()),
+                Ok(s.amis.clone()),
+                Ok(s.capacity_reservations.clone()),
+            ),
             None => self.resolve_parts(class).await,
         };
         let (instance_profile, profile_error) = match self.ensure_instance_profile(class).await {
@@ -122,6 +130,10 @@ impl AwsProvider {
         set(SECURITY_GROUPS_READY, security_groups.as_ref().err().map(ToString::to_string), "SecurityGroupsNotFound");
         set(AMIS_READY, amis.as_ref().err().map(ToString::to_string), "AMIsNotFound");
         set(INSTANCE_PROFILE_READY, profile_error, "InstanceProfileNotFound");
+        if self.settings.reserved_capacity {
+            let failure = reservations.as_ref().err().map(ToString::to_string);
+            set(CAPACITY_RESERVATIONS_READY, failure, "CapacityReservationsNotFound");
+        }
         let ready = unready.is_empty();
         if ready {
             set_condition(&mut conditions, READY, ConditionStatus::True, READY, "", now);
@@ -134,6 +146,7 @@ impl AwsProvider {
             security_groups: security_groups.unwrap_or_default(),
             amis: amis.unwrap_or_default(),
             instance_profile,
+            capacity_reservations: reservations.unwrap_or_else(|_| previous.capacity_reservations.clone()),
             conditions: Vec::new(),
         };
         if ready && known && cached.is_none() {
@@ -158,7 +171,12 @@ impl AwsProvider {
 
     /// What each kind of selector term of `class` resolves to, read from EC2.
     pub(super) async fn resolve_parts(&self, class: &EC2NodeClass) -> ResolvedParts {
-        (self.resolve_subnets(class).await, self.resolve_security_groups(class).await, self.resolve_amis(class).await)
+        (
+            self.resolve_subnets(class).await,
+            self.resolve_security_groups(class).await,
+            self.resolve_amis(class).await,
+            self.resolve_capacity_reservations(class).await,
+        )
     }
 
     /// Caches a fresh resolution, and deletes the launch templates it makes stale: a changed spec, AMI,

@@ -40,6 +40,9 @@ pub struct AwsSettings {
     /// The cluster runs without a route to the Pricing API (Karpenter's `ISOLATED_VPC`): on-demand prices
     /// are the bundled table's (or `on_demand_price_file`'s) only.
     pub isolated_vpc: bool,
+    /// Capacity reservations are resolved, offered as `reserved` capacity and targeted (the core's
+    /// `ReservedCapacity` gate); off, launches may land in open reservations as EC2 places them.
+    pub reserved_capacity: bool,
     /// The root volume size in GiB when the NodeClass does not say (ephemeral storage capacity).
     pub default_root_volume_gib: i64,
     /// The share of an instance's memory the hypervisor keeps (0.075, as Karpenter's default): memory
@@ -73,6 +76,7 @@ impl AwsSettings {
             on_demand_price_file: None,
             price_refresh: Duration::from_secs(12 * 3600),
             isolated_vpc: false,
+            reserved_capacity: true,
             default_root_volume_gib: 20,
             vm_memory_overhead: 0.075,
             cluster_endpoint: None,
