@@ -69,8 +69,7 @@ pub struct EC2NodeClassSpec {
     /// `alias` term; required without one.
     #[serde(default, rename = "amiFamily", skip_serializing_if = "Option::is_none")]
     pub ami_family: Option<String>,
-    /// The kubelet's configuration: any field of the upstream `KubeletConfiguration`
-    /// ([`crate::aws::kubelet`]). The scheduling fields shape each instance type's allocatable; every field
+    /// The kubelet's configuration: any field of the upstream `KubeletConfiguration`. The scheduling fields shape each instance type's allocatable; every field
     /// reaches the node's user data.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "open_object")]
@@ -88,8 +87,8 @@ pub struct EC2NodeClassSpec {
     /// The EC2 Fleet context (a reserved-capacity or partner context id) passed to `CreateFleet`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub context: Option<String>,
-    /// Which capacity reservations (on-demand capacity reservations, capacity blocks) the class launches
-    /// into as `reserved` capacity ([`crate::aws::reservations`]). A dynamic field: not hashed.
+    /// Which capacity reservations (on-demand capacity reservations, capacity blocks for ML) the class
+    /// launches into as `reserved` capacity. A dynamic field: not hashed.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 30))]
     pub capacity_reservation_selector_terms: Vec<super::reservations::CapacityReservationSelectorTerm>,
