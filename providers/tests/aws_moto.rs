@@ -1599,3 +1599,200 @@ async fn status_checks_report_impaired_instances_and_scheduled_events() {
         p.delete(&with_provider_id(c, &pid)).await.unwrap();
     }
 }
+
+/// A minimal HTTP/1.1 GET of the fault switchboard; returns the body.
+async fn get(url: &str) -> String {
+    use std::io::{Read, Write};
+    let url = url.to_owned();
+    tokio::task::spawn_blocking(move || {
+        let rest = url.strip_prefix("http://").unwrap();
+        let (host, path) = rest.split_at(rest.find('/').unwrap());
+        let mut s = std::net::TcpStream::connect(host).unwrap();
+        write!(s, "GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n").unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).unwrap();
+        out.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default()
+    })
+    .await
+    .unwrap()
+}
+
+/// Every action docs/aws.md's IAM policy allows (`ec2:CreateFleet`, …).
+fn documented_policy_actions() -> std::collections::BTreeSet<String> {
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/aws.md")).unwrap();
+    let section = &doc[doc.find("## IAM permissions").unwrap()..];
+    let start = section.find("```json").unwrap() + "```json".len();
+    let end = start + section[start..].find("```").unwrap();
+    let policy: serde_json::Value = serde_json::from_str(&section[start..end]).unwrap();
+    let mut out = std::collections::BTreeSet::new();
+    for statement in policy["Statement"].as_array().unwrap() {
+        match &statement["Action"] {
+            serde_json::Value::String(a) => {
+                out.insert(a.clone());
+            }
+            serde_json::Value::Array(list) => out.extend(list.iter().map(|a| a.as_str().unwrap().to_owned())),
+            other => panic!("a statement's Action is {other}"),
+        }
+    }
+    out
+}
+
+/// Fault-injected (the switchboard records the actions of requests signed with this test's key; its SSM
+/// parameters and capacity reservations stand in for AWS's): the provider runs a class through its whole
+/// life (status, instance profile, alias, reservations, prices, launch, list, get, drift, reboot,
+/// interruptions, delete, class deletion), and every request it made is an action docs/aws.md's IAM policy
+/// allows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_documented_iam_policy_allows_every_request_the_provider_makes() {
+    let env = Env::new("iam").await;
+    let key = format!("record-{}", env.cluster);
+    let role = create_role(&env).await;
+    let eks = aws_sdk_eks::Client::new(&sdk_config().await);
+    let k8s = unique_kubernetes_version();
+    eks.create_cluster()
+        .name(&env.cluster)
+        .version(&k8s)
+        .role_arn("arn:aws:iam::123456789012:role/eks-cluster")
+        .resources_vpc_config(
+            aws_sdk_eks::types::VpcConfigRequest::builder().subnet_ids(env.subnets[0].0.clone()).build(),
+        )
+        .send()
+        .await
+        .unwrap();
+    let path = format!("/aws/service/eks/optimized-ami/{k8s}/amazon-linux-2023/x86_64/standard/recommended/image_id");
+    publish_ssm_parameters(&env, &[(path, &env.ami)]).await;
+    let zone = env.subnets[0].1.clone();
+    let cr = format!("cr-{:x}f", std::process::id());
+    env.fault(
+        "/_fault/capacity-reservations",
+        serde_json::json!({"reservations": [reservation(&env, &cr, "m5.xlarge", &zone, 1, "default", None)]}),
+    )
+    .await;
+    let queue = create_queue(&env).await;
+    let mut settings = env.settings();
+    settings.interruption_queue = Some(queue.clone());
+    let recording = aws_config::defaults(aws_config::BehaviorVersion::latest())
+        .region(aws_config::Region::new(REGION))
+        .endpoint_url(endpoint())
+        .credentials_provider(aws_sdk_ec2::config::Credentials::new(&key, "secret", None, None, "tenon-tests"))
+        .load()
+        .await;
+    let p = AwsProvider::from_sdk_config(settings, &recording);
+    let mut class = env.node_class();
+    class.spec.role = Some(role);
+    class.spec.ami_selector_terms =
+        vec![serde_json::from_value(serde_json::json!({"alias": "al2023@latest"})).unwrap()];
+    class.spec.capacity_reservation_selector_terms =
+        vec![serde_json::from_value(serde_json::json!({"tags": {"tenon-test": env.cluster}})).unwrap()];
+    p.apply_node_class(class.clone()).unwrap();
+    let status = p.node_class_status(&class).await;
+    assert!(status.conditions.iter().all(|c| c.status == tenon_core::api::ConditionStatus::True), "{status:?}");
+    p.instance_types(&env.pool()).await.unwrap();
+    let claim = env.claim("iam-1", vec![req(labels::INSTANCE_TYPE, &["m5.large"])]);
+    let i = p.create(&claim, &LaunchOptions::default()).await.unwrap();
+    let claim = with_provider_id(claim, &i.provider_id);
+    p.list().await.unwrap();
+    p.get(&i.provider_id).await.unwrap();
+    p.is_drifted(&claim).await.unwrap();
+    p.reboot(&claim).await.unwrap();
+    let id = tenon_providers::aws::instance_id(&i.provider_id).unwrap().to_owned();
+    send(
+        &env,
+        &queue,
+        event("EC2 Spot Instance Interruption Warning", "aws.ec2", serde_json::json!({"instance-id": id})),
+    )
+    .await;
+    assert_eq!(p.interruptions().await.unwrap().len(), 1);
+    p.delete(&claim).await.unwrap();
+    p.delete_node_class(&env.class_name()).await.unwrap();
+
+    let made: Vec<String> =
+        serde_json::from_str(&get(&format!("{}/_fault/actions?key={key}", endpoint())).await).unwrap();
+    let made: std::collections::BTreeSet<String> = made.into_iter().collect();
+    for expected in [
+        "ec2:CreateFleet",
+        "ec2:CreateLaunchTemplate",
+        "ec2:DescribeCapacityReservations",
+        "ec2:DescribeInstanceStatus",
+        "ec2:TerminateInstances",
+        "ec2:RebootInstances",
+        "ec2:DeleteLaunchTemplate",
+        "ssm:GetParameter",
+        "pricing:GetProducts",
+        "eks:DescribeCluster",
+        "iam:CreateInstanceProfile",
+        "iam:DeleteInstanceProfile",
+        "sqs:ReceiveMessage",
+        "sqs:DeleteMessage",
+    ] {
+        assert!(made.contains(expected), "the run made no {expected}: {made:?}");
+    }
+    let allowed = documented_policy_actions();
+    let missing: Vec<&String> = made.iter().filter(|a| !allowed.contains(*a)).collect();
+    assert!(missing.is_empty(), "docs/aws.md's IAM policy does not allow {missing:?}");
+}
+
+/// Fault-injected (EKS's public SSM parameters): a Karpenter class with an AL2 or a Bottlerocket alias
+/// boots the image its parameter names, with user data that joins the cluster: AL2's `bootstrap.sh` with
+/// the endpoint and CA, Bottlerocket's TOML `settings.kubernetes` with them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn al2_and_bottlerocket_aliases_launch_with_user_data_that_joins_the_cluster() {
+    let env = Env::new("families").await;
+    let k8s = unique_kubernetes_version();
+    publish_ssm_parameters(
+        &env,
+        &[
+            (format!("/aws/service/eks/optimized-ami/{k8s}/amazon-linux-2/recommended/image_id"), &env.ami),
+            (format!("/aws/service/bottlerocket/aws-k8s-{k8s}/x86_64/latest/image_id"), &env.gpu_ami),
+        ],
+    )
+    .await;
+    let mut settings = env.settings();
+    settings.kubernetes_version = Some(k8s);
+    settings.cluster_endpoint = Some("https://api.families.example".into());
+    settings.cluster_ca_bundle = Some("Y2E=".into());
+    settings.cluster_service_cidr = Some("10.100.0.0/16".into());
+    let p = env.provider_with(settings).await;
+    for (alias, image) in [("al2@latest", &env.ami), ("bottlerocket@latest", &env.gpu_ami)] {
+        let mut class = env.node_class();
+        class.spec.user_data = None;
+        class.spec.ami_selector_terms = vec![serde_json::from_value(serde_json::json!({"alias": alias})).unwrap()];
+        class.spec.kubelet = serde_json::json!({"maxPods": 42}).as_object().cloned();
+        p.apply_node_class(class).unwrap();
+        let claim = env.claim(&format!("family-{}", &alias[..3]), vec![req(labels::INSTANCE_TYPE, &["m5.large"])]);
+        let i = p.create(&claim, &LaunchOptions::default()).await.unwrap();
+        assert_eq!(i.image_id.as_ref(), Some(image), "{alias}");
+        let mut found = false;
+        for lt in launch_templates(&env).await {
+            let data = template_data(&env, &lt).await;
+            if data.image_id() != Some(image.as_str()) {
+                continue;
+            }
+            found = true;
+            let text = String::from_utf8(aws_smithy_types::base64::decode(data.user_data().unwrap()).unwrap()).unwrap();
+            if alias.starts_with("al2@") {
+                assert!(text.contains("/etc/eks/bootstrap.sh"), "{text}");
+                assert!(
+                    text.contains("--apiserver-endpoint 'https://api.families.example'")
+                        || text.contains("--apiserver-endpoint https://api.families.example"),
+                    "{text}"
+                );
+                assert!(text.contains("--b64-cluster-ca 'Y2E='") || text.contains("--b64-cluster-ca Y2E="), "{text}");
+                assert!(text.contains("--max-pods=42"), "{text}");
+            } else {
+                let doc: toml::Value = toml::from_str(&text).unwrap();
+                let k = &doc["settings"]["kubernetes"];
+                assert_eq!(k["api-server"].as_str(), Some("https://api.families.example"));
+                assert_eq!(k["cluster-certificate"].as_str(), Some("Y2E="));
+                assert_eq!(k["max-pods"].as_integer(), Some(42));
+                assert_eq!(
+                    k["node-taints"]["karpenter.sh/unregistered"][0].as_str(),
+                    Some(":NoExecute"),
+                    "no value, as Karpenter writes it"
+                );
+            }
+        }
+        assert!(found, "{alias}: no launch template boots {image}");
+        p.delete(&with_provider_id(claim, &i.provider_id)).await.unwrap();
+    }
+}

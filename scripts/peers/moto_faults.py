@@ -24,6 +24,9 @@ Everything is moto's own behaviour except what a test asks for through `/_fault/
       DescribeInstanceStatus reports these checks and scheduled events for those running instances (moto
       reports every check ok and knows no events), filtered by instance-status.status,
       system-status.status and event.code.
+  GET  /_fault/actions?key=AKID
+      The `service:Action` of every request signed with access key AKID (only keys starting `record-` are
+      recorded), in order: what a test made, to hold against an IAM policy.
   POST /_fault/clear      {"subnet_ids": ["subnet-1"]}   removes the capacity rules of those subnets;
                           {} removes every rule, price, product and parameter.
 
@@ -59,6 +62,7 @@ PRODUCTS = []  # Pricing API products: {"attributes": {...}, "productFamily": ..
 SSM_PARAMETERS = {}  # name -> value
 RESERVATIONS = []  # DescribeCapacityReservations entries, with "Region"
 STATUSES = {}  # instance id -> {"InstanceStatus", "SystemStatus", "ImpairedSince", "Events"}
+ACTIONS = {}  # access key -> ["ec2:CreateFleet", ...]
 MODELS = botocore.session.get_session()
 CURRENT = threading.local()  # errors collected while one CreateFleet runs
 
@@ -409,9 +413,47 @@ def _fault(environ, start_response):
     return [json.dumps(state).encode()]
 
 
+def _record(environ):
+    """Notes the `service:Action` of a request signed with a `record-` key; the body is read and put back."""
+    auth = environ.get("HTTP_AUTHORIZATION", "")
+    if "Credential=record-" not in auth:
+        return
+    scope = auth.split("Credential=", 1)[1].split(",", 1)[0].split("/")
+    if len(scope) < 4:
+        return
+    key, service = scope[0], scope[3]
+    target = environ.get("HTTP_X_AMZ_TARGET", "")
+    action = None
+    if target:
+        action = target.split(".", 1)[-1]
+    elif service == "eks":
+        method, path = environ.get("REQUEST_METHOD"), environ.get("PATH_INFO", "")
+        parts = [p for p in path.split("/") if p]
+        if parts[:1] == ["clusters"]:
+            action = {("GET", 2): "DescribeCluster", ("GET", 1): "ListClusters", ("POST", 1): "CreateCluster"}.get((method, len(parts)))
+    else:
+        length = int(environ.get("CONTENT_LENGTH") or 0)
+        raw = environ["wsgi.input"].read(length)
+        environ["wsgi.input"] = io.BytesIO(raw)
+        from urllib.parse import parse_qs
+        query = parse_qs(raw.decode("utf-8", "replace")) or parse_qs(environ.get("QUERY_STRING", ""))
+        action = (query.get("Action") or [None])[0]
+    with LOCK:
+        ACTIONS.setdefault(key, []).append(f"{service}:{action or '?'}")
+
+
 def app(environ, start_response):
-    if environ.get("PATH_INFO", "").startswith("/_fault/"):
+    path = environ.get("PATH_INFO", "")
+    if path == "/_fault/actions":
+        from urllib.parse import parse_qs
+        key = (parse_qs(environ.get("QUERY_STRING", "")).get("key") or [""])[0]
+        with LOCK:
+            body = json.dumps(ACTIONS.get(key, [])).encode()
+        start_response("200 OK", [("Content-Type", "application/json"), ("Content-Length", str(len(body)))])
+        return [body]
+    if path.startswith("/_fault/"):
         return _fault(environ, start_response)
+    _record(environ)
     target = environ.get("HTTP_X_AMZ_TARGET", "")
     if target in ("AWSPriceListService.GetProducts", "AmazonSSM.GetParameter"):
         answered, raw = _aws_json(environ, start_response, target)
