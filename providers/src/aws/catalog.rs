@@ -67,6 +67,29 @@ pub const NEURON_CORE: &str = "aws.amazon.com/neuroncore";
 pub const EFA: &str = "vpc.amazonaws.com/efa";
 /// The Habana Gaudi resource.
 pub const HABANA_GAUDI: &str = "habana.ai/gaudi";
+/// The branch network interface resource (security groups for pods).
+pub const POD_ENI: &str = "vpc.amazonaws.com/pod-eni";
+
+/// The branch network interfaces of each trunking instance type: the VPC resource controller's table
+/// (aws/amazon-vpc-resource-controller-k8s v1.8.2, generated 2026-09-02, Apache-2.0), as
+/// `scripts/gen-aws-trunk-limits.py` converts it; EC2's API does not describe trunking.
+pub const BUNDLED_TRUNK_LIMITS_CSV: &str = include_str!("../../data/aws-trunk-limits.csv");
+
+/// The branch interfaces (`vpc.amazonaws.com/pod-eni`) of instance type `name`, if it supports trunking.
+pub fn branch_interfaces(name: &str) -> Option<i64> {
+    static TABLE: std::sync::OnceLock<HashMap<&'static str, i64>> = std::sync::OnceLock::new();
+    let table = TABLE.get_or_init(|| {
+        BUNDLED_TRUNK_LIMITS_CSV
+            .lines()
+            .skip(1)
+            .filter_map(|l| {
+                let (t, n) = l.split_once(',')?;
+                Some((t, n.trim().parse().ok()?))
+            })
+            .collect()
+    });
+    table.get(name).copied()
+}
 
 /// Every label key this provider sets, announced as well known.
 pub const WELL_KNOWN_LABELS: [&str; 24] = [
@@ -248,12 +271,14 @@ pub fn instance_type(
         shape.gpus.iter().filter(|g| g.manufacturer.eq_ignore_ascii_case(maker)).map(|g| g.count).sum()
     };
     let (neuron, cores) = shape.accelerator.as_ref().map_or((0, 0), |a| (a.count, a.cores));
+    let branches = branch_interfaces(&shape.name).unwrap_or(0);
     for (resource, quantity) in [
         (AMD_GPU, gpus_of("amd")),
         (HABANA_GAUDI, gpus_of("habana")),
         (NEURON, neuron),
         (NEURON_CORE, cores),
         (EFA, shape.efa_interfaces),
+        (POD_ENI, branches),
     ] {
         if quantity > 0
             && let Ok(r) = ResourceName::intern(resource)

@@ -190,6 +190,10 @@ mod tests {
         assert_eq!(it.labels[catalog::LABEL_ACCELERATOR_COUNT], "16");
         assert_eq!(it.labels[catalog::LABEL_NETWORK_BANDWIDTH], "800000");
         assert!(!it.labels.contains_key(catalog::LABEL_GPU_COUNT));
+        // trn1.32xlarge trunks 82 branch interfaces (the VPC resource controller's table); m5.large 9.
+        assert_eq!(get(catalog::POD_ENI), 82);
+        assert_eq!(catalog::branch_interfaces("m5.large"), Some(9));
+        assert_eq!(catalog::branch_interfaces("t2.micro"), None, "no trunking on Xen types");
     }
 
     #[test]

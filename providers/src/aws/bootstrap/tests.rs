@@ -225,9 +225,14 @@ fn the_allocatable_offered_is_what_the_rendered_kubelet_config_implies() {
                         ResourceName::EPHEMERAL_STORAGE,
                         signal(rendered.eviction_hard.get("nodefs.available"), storage, storage / 10),
                     );
-            let capacity = Resources::cpu_memory(shape.vcpu * 1000, memory)
+            let mut capacity = Resources::cpu_memory(shape.vcpu * 1000, memory)
                 .with(ResourceName::PODS, pods)
                 .with(ResourceName::EPHEMERAL_STORAGE, storage);
+            // Branch interfaces are the VPC resource controller's to advertise, not the kubelet's: no
+            // kubelet setting holds any back.
+            if let Some(n) = catalog::branch_interfaces(&shape.name) {
+                capacity.set(ResourceName::intern(catalog::POD_ENI).unwrap(), n);
+            }
             let implied = capacity.sub(&reserved).sub(&eviction);
             let offered = catalog::instance_type(&shape, root_gib, &k, family, 0.075, Vec::new()).allocatable();
             assert_eq!(offered, implied, "{family:?} {config}");
