@@ -28,6 +28,7 @@ Everything is moto's own behaviour except what a test asks for through `/_fault/
       The `service:Action` of every request signed with access key AKID (only keys starting `record-` are
       recorded), in order: what a test made, to hold against an IAM policy.
   POST /_fault/clear      {"subnet_ids": ["subnet-1"]}   removes the capacity rules of those subnets;
+                          {"pricing_region": "eu-west-1"} removes that region's Pricing API products;
                           {} removes every rule, price, product and parameter.
 
 Requests and answers of the APIs served here rather than by moto are checked against botocore's models of
@@ -394,6 +395,8 @@ def _fault(environ, start_response):
             RESERVATIONS.extend(body.get("reservations", []))
         elif path == "/_fault/instance-status":
             STATUSES.update(body.get("statuses", {}))
+        elif path == "/_fault/clear" and "pricing_region" in body:
+            PRODUCTS[:] = [p for p in PRODUCTS if p["attributes"].get("regionCode") != body["pricing_region"]]
         elif path == "/_fault/clear":
             subnets = body.get("subnet_ids")
             if subnets is None:
