@@ -1114,6 +1114,24 @@ async fn drift_follows_the_node_class() {
     nc.spec.user_data = Some("#!/bin/bash\necho changed".into());
     p.apply_node_class(nc).unwrap();
     assert_eq!(p.is_drifted(&claim).await.unwrap().unwrap().0, "NodeClassDrift");
+    // A hash made by another recipe version says nothing about the class: no static drift.
+    let id = tenon_providers::aws::instance_id(&i.provider_id).unwrap().to_owned();
+    let retag = |version: &'static str| {
+        let ec2 = env.ec2.clone();
+        let id = id.clone();
+        async move {
+            let t = ec2::Tag::builder().key("karpenter.k8s.aws/ec2nodeclass-hash-version").value(version).build();
+            ec2.create_tags().resources(id).tags(t).send().await.unwrap();
+        }
+    };
+    assert_eq!(
+        tags(&env.describe(&id).await).get("karpenter.k8s.aws/ec2nodeclass-hash-version").map(String::as_str),
+        Some("v1")
+    );
+    retag("v0").await;
+    assert_eq!(p.is_drifted(&claim).await.unwrap(), None);
+    retag("v1").await;
+    assert_eq!(p.is_drifted(&claim).await.unwrap().unwrap().0, "NodeClassDrift");
 
     let mut nc = env.node_class();
     nc.spec.ami_selector_terms = vec![serde_json::from_value(serde_json::json!({"id": env.gpu_ami})).unwrap()];
