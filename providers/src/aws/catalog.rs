@@ -257,11 +257,33 @@ pub fn instance_type(
     vm_overhead: f64,
     offerings: Vec<Offering>,
 ) -> InstanceType {
+    instance_type_with_storage(shape, root_volume_gib * GIB, kubelet, family, vm_overhead, offerings)
+}
+
+/// The ephemeral storage of an instance of `shape` in bytes: its instance store when the class makes a
+/// RAID 0 of it (`instanceStorePolicy: RAID0`, NVMe instance storage, in EC2's decimal gigabytes), else
+/// its root volume, as Karpenter counts it.
+pub fn ephemeral_storage_bytes(shape: &Shape, root_volume_gib: i64, raid0: bool) -> i64 {
+    match shape.local_nvme_gb {
+        Some(gb) if raid0 && gb > 0 => gb * 1_000_000_000,
+        _ => root_volume_gib * GIB,
+    }
+}
+
+/// [`instance_type`] with `storage` bytes of ephemeral storage ([`ephemeral_storage_bytes`]).
+pub fn instance_type_with_storage(
+    shape: &Shape,
+    storage: i64,
+    kubelet: &Kubelet,
+    family: AmiFamily,
+    vm_overhead: f64,
+    offerings: Vec<Offering>,
+) -> InstanceType {
     let pods = kubelet.pods(shape, family);
     let memory = memory_bytes(shape, vm_overhead);
     let mut capacity = Resources::cpu_memory(shape.vcpu * 1000, memory)
         .with(ResourceName::PODS, pods)
-        .with(ResourceName::EPHEMERAL_STORAGE, root_volume_gib * GIB);
+        .with(ResourceName::EPHEMERAL_STORAGE, storage);
     let nvidia: i64 =
         shape.gpus.iter().filter(|g| g.manufacturer.eq_ignore_ascii_case("nvidia")).map(|g| g.count).sum();
     if nvidia > 0 {
@@ -286,7 +308,7 @@ pub fn instance_type(
             capacity.set(r, quantity);
         }
     }
-    let overhead = kubelet.overhead(shape, family, root_volume_gib, memory);
+    let overhead = kubelet.overhead(shape, family, storage, memory);
     InstanceType { name: shape.name.clone(), labels: shape_labels(shape), capacity, overhead, offerings }
 }
 
@@ -396,6 +418,22 @@ pub fn quota_bucket(instance_type: &str) -> &'static str {
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
+
+    /// `instanceStorePolicy: RAID0` makes the NVMe instance store the ephemeral storage (EC2's decimal
+    /// gigabytes), and the kubelet's 10 % nodefs eviction threshold follows it; a type without NVMe
+    /// storage keeps its root volume.
+    #[test]
+    fn a_raid0_instance_store_is_the_ephemeral_storage() {
+        let mut shape = Shape::nitro("m6id.xlarge", 4, 16384);
+        shape.local_nvme_gb = Some(237);
+        let storage = ephemeral_storage_bytes(&shape, 20, true);
+        assert_eq!(storage, 237_000_000_000);
+        let it = instance_type_with_storage(&shape, storage, &Kubelet::default(), AmiFamily::Al2023, 0.075, Vec::new());
+        assert_eq!(it.capacity.get(ResourceName::EPHEMERAL_STORAGE), 237_000_000_000);
+        assert_eq!(it.overhead.eviction_threshold.get(ResourceName::EPHEMERAL_STORAGE), 23_700_000_000);
+        assert_eq!(ephemeral_storage_bytes(&shape, 20, false), 20 * GIB);
+        assert_eq!(ephemeral_storage_bytes(&Shape::nitro("m6i.xlarge", 4, 16384), 20, true), 20 * GIB);
+    }
 
     #[test]
     fn eks_formulas() {

@@ -134,10 +134,11 @@ impl AwsProvider {
             Some(c) => (c.spec.family().unwrap_or(AmiFamily::Custom), c.spec.kubelet().unwrap_or_default()),
             None => (AmiFamily::Custom, Kubelet::default()),
         };
+        let raid0 = class.as_deref().is_some_and(|c| c.spec.raid0().unwrap_or(false));
         let it = shapes.and_then(|s| s.get(&itype)).map(|s| {
-            catalog::instance_type(
+            catalog::instance_type_with_storage(
                 s,
-                self.root_volume_gib(class.as_deref()),
+                catalog::ephemeral_storage_bytes(s, self.root_volume_gib(class.as_deref()), raid0),
                 &kubelet,
                 family,
                 self.settings.vm_memory_overhead,

@@ -194,12 +194,13 @@ impl Kubelet {
         pods
     }
 
-    /// What the kubelet holds back on a node of `shape` with `memory` bytes of memory capacity and `root_gib`
-    /// of root volume, as Karpenter computes it: the EKS kube-reserved formulas unless `kubeReserved` names a resource,
+    /// What the kubelet holds back on a node of `shape` with `memory` bytes of memory capacity and
+    /// `storage` bytes of ephemeral storage (its root volume, or its RAID 0 instance store), as Karpenter
+    /// computes it: the EKS kube-reserved formulas unless `kubeReserved` names a resource,
     /// `systemReserved`, and the hard-eviction thresholds (memory 100Mi and nodefs 10% unless
     /// `evictionHard` says otherwise; `evictionSoft` reserves nothing). Quantities were checked by
     /// [`Kubelet::parse`].
-    pub fn overhead(&self, shape: &Shape, family: AmiFamily, root_gib: i64, memory: i64) -> Overhead {
+    pub fn overhead(&self, shape: &Shape, family: AmiFamily, storage: i64, memory: i64) -> Overhead {
         let pods = if family.eni_limited_memory_overhead() {
             catalog::max_pods(shape.max_enis, shape.ipv4_per_eni)
         } else {
@@ -213,7 +214,6 @@ impl Kubelet {
         apply(&mut kube_reserved, &self.kube_reserved);
         let mut system_reserved = Resources::ZERO;
         apply(&mut system_reserved, &self.system_reserved);
-        let storage = root_gib * GIB;
         let mut eviction = Resources::cpu_memory(0, 100 * MIB).with(ResourceName::EPHEMERAL_STORAGE, storage / 10);
         if let Some(v) = self.eviction_hard.get(MEMORY_AVAILABLE).and_then(|v| signal_value(v, memory).ok()) {
             eviction.set(ResourceName::MEMORY, v);
@@ -262,7 +262,7 @@ mod tests {
     fn defaults_are_the_eks_formulas() {
         let k = parse(json!({})).unwrap();
         assert_eq!(k.pods(&shape(), AmiFamily::Al2023), 58);
-        let o = k.overhead(&shape(), AmiFamily::Al2023, 20, 16384 * MIB);
+        let o = k.overhead(&shape(), AmiFamily::Al2023, 20 * GIB, 16384 * MIB);
         assert_eq!(o.kube_reserved, Resources::cpu_memory(80, 893 * MIB).with(ResourceName::EPHEMERAL_STORAGE, GIB));
         assert_eq!(o.eviction_threshold.get(ResourceName::MEMORY), 100 * MIB);
         assert_eq!(o.eviction_threshold.get(ResourceName::EPHEMERAL_STORAGE), 2 * GIB);
@@ -275,13 +275,13 @@ mod tests {
         .unwrap();
         assert_eq!(k.pods(&shape(), AmiFamily::Al2023), 40, "podsPerCore caps maxPods");
         assert_eq!(k.pods(&shape(), AmiFamily::Bottlerocket), 110, "Bottlerocket has no podsPerCore");
-        let o = k.overhead(&shape(), AmiFamily::Al2023, 20, 16384 * MIB);
+        let o = k.overhead(&shape(), AmiFamily::Al2023, 20 * GIB, 16384 * MIB);
         assert_eq!(o.kube_reserved.get(ResourceName::CPU), 200);
         assert_eq!(o.kube_reserved.get(ResourceName::MEMORY), 893 * MIB, "AL2023 reserves for the ENI-limited pods");
         assert_eq!(o.system_reserved.get(ResourceName::MEMORY), GIB);
         assert_eq!(o.eviction_threshold.get(ResourceName::MEMORY), 858_993_460, "5% of 16Gi, rounded up");
         assert_eq!(o.eviction_threshold.get(ResourceName::EPHEMERAL_STORAGE), 2 * GIB);
-        let bottlerocket = k.overhead(&shape(), AmiFamily::Bottlerocket, 20, 16384 * MIB);
+        let bottlerocket = k.overhead(&shape(), AmiFamily::Bottlerocket, 20 * GIB, 16384 * MIB);
         assert_eq!(bottlerocket.kube_reserved.get(ResourceName::MEMORY), (11 * 110 + 255) * MIB);
     }
 

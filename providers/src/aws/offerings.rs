@@ -133,6 +133,7 @@ impl AwsProvider {
         let not_ready = |m: String| CloudError::NodeClassNotReady(format!("EC2NodeClass/{}: {m}", class.name()));
         let family = class.spec.family().map_err(not_ready)?;
         let kubelet = class.spec.kubelet().map_err(not_ready)?;
+        let raid0 = class.spec.raid0().map_err(not_ready)?;
         let mut names: Vec<&String> = shapes.keys().collect();
         names.sort();
         let quota = self.live_quota_blocks();
@@ -162,8 +163,14 @@ impl AwsProvider {
                 }
             }
             offerings.extend(self.reserved_offerings(&status.capacity_reservations, name, od_price, &subnet_zones));
-            let mut it =
-                catalog::instance_type(shape, root, &kubelet, family, self.settings.vm_memory_overhead, offerings);
+            let mut it = catalog::instance_type_with_storage(
+                shape,
+                catalog::ephemeral_storage_bytes(shape, root, raid0),
+                &kubelet,
+                family,
+                self.settings.vm_memory_overhead,
+                offerings,
+            );
             if let Some(arch) = shape.architectures.iter().find(|a| archs.contains(a.as_str())) {
                 it.labels.insert(labels::ARCH.to_owned(), arch.clone());
             }
