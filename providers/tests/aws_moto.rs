@@ -1480,12 +1480,14 @@ async fn capacity_reservations_are_offered_and_targeted() {
     let odcr = format!("cr-{:x}a", std::process::id());
     let block = format!("cr-{:x}b", std::process::id());
     let ended = format!("cr-{:x}c", std::process::id());
+    let soon = format!("cr-{:x}d", std::process::id());
     env.fault(
         "/_fault/capacity-reservations",
         serde_json::json!({"reservations": [
             reservation(&env, &odcr, "m5.large", &zone_a, 2, "default", None),
             reservation(&env, &block, "c5.large", &zone_b, 4, "capacity-block", Some(at(10 * 60))),
             reservation(&env, &ended, "m5.xlarge", &zone_a, 4, "default", Some(at(-60))),
+            reservation(&env, &soon, "g5.xlarge", &zone_a, 1, "capacity-block", Some(at(42 * 60))),
         ]}),
     )
     .await;
@@ -1502,7 +1504,14 @@ async fn capacity_reservations_are_offered_and_targeted() {
         .iter()
         .map(|r| (r.id.as_str(), r.reservation_type.as_str(), r.state.as_str()))
         .collect();
-    assert_eq!(ids, [(odcr.as_str(), "default", "active"), (block.as_str(), "capacity-block", "expiring")]);
+    assert_eq!(
+        ids,
+        [
+            (odcr.as_str(), "default", "active"),
+            (block.as_str(), "capacity-block", "expiring"),
+            (soon.as_str(), "capacity-block", "active")
+        ]
+    );
 
     let reserved = |types: &[tenon_core::cloud::InstanceType], name: &str| {
         let t = types.iter().find(|t| t.name == name).unwrap();
@@ -1515,6 +1524,11 @@ async fn capacity_reservations_are_offered_and_targeted() {
     assert!(m5.price < 1e-6, "reserved capacity is paid for already: {}", m5.price);
     assert!(!reserved(&types, "c5.large").unwrap().available, "a capacity block about to end is not offered");
     assert!(reserved(&types, "m5.xlarge").is_none(), "an ended reservation is gone");
+    assert!(reserved(&types, "g5.xlarge").unwrap().available);
+    // Two minutes on, that block is within 40 minutes of its end: no longer offered, whatever the cache.
+    clock.advance(Duration::from_secs(2 * 60));
+    let types = p.instance_types(&env.pool()).await.unwrap();
+    assert!(!reserved(&types, "g5.xlarge").unwrap().available, "a capacity block about to end is withdrawn on time");
 
     // A claim that may take reserved capacity takes it first.
     let claim = env.claim(

@@ -102,6 +102,12 @@ impl ResolvedCapacityReservation {
         self.state == "expiring"
     }
 
+    /// When a capacity block stops being offered: [`CAPACITY_BLOCK_EXPIRY_MINUTES`] before its end.
+    pub fn expires_at(&self) -> Option<Timestamp> {
+        let end: Timestamp = self.end_time.as_deref()?.parse().ok()?;
+        Some(end - jiff::SignedDuration::from_mins(CAPACITY_BLOCK_EXPIRY_MINUTES))
+    }
+
     /// The kind of launch it needs: `CreateFleet` takes one market per request, so a launch draws on
     /// reservations of one kind (default, capacity block, interruptible), in that order of preference.
     pub fn kind(&self) -> u8 {
@@ -332,7 +338,9 @@ mod tests {
                 .end_date(aws_smithy_types::DateTime::from_secs(now.as_second() + mins_left * 60))
                 .build()
         };
-        assert_eq!(resolved(&block(41), now).unwrap().state, "active");
+        let active = resolved(&block(41), now).unwrap();
+        assert_eq!(active.state, "active");
+        assert_eq!(active.expires_at(), Some(now + jiff::SignedDuration::from_mins(1)));
         let r = resolved(&block(40), now).unwrap();
         assert!(r.is_expiring() && r.is_capacity_block() && r.kind() == 1);
         let odcr = ec2::CapacityReservation::builder()

@@ -164,9 +164,17 @@ impl AwsProvider {
     }
 
     /// The cached resolution of class `name`, unless older than `node_class_ttl`.
+    /// A capacity block that has come within its expiry of its end makes the resolution stale at once, so
+    /// it stops being offered on time.
     pub(super) fn fresh_resolution(&self, name: &str) -> Option<Arc<EC2NodeClassStatus>> {
         let cached = self.state().resolved.get(name).cloned()?;
-        (clock::since(self.now(), cached.at) < self.settings.node_class_ttl).then_some(cached.status)
+        let now = self.now();
+        let block_expired = cached
+            .status
+            .capacity_reservations
+            .iter()
+            .any(|r| r.is_capacity_block() && !r.is_expiring() && r.expires_at().is_some_and(|at| at <= now));
+        (!block_expired && clock::since(now, cached.at) < self.settings.node_class_ttl).then_some(cached.status)
     }
 
     /// What each kind of selector term of `class` resolves to, read from EC2.
