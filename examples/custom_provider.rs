@@ -119,12 +119,11 @@ impl CloudProvider for HostPool {
         let offerings = racks
             .into_iter()
             .map(|(rack, free)| Offering {
-                zone: rack.to_owned(),
-                capacity_type: CapacityType::Reserved,
-                price: 0.35,
                 available: free > 0,
                 reservation_id: Some(format!("{rack}-pool")),
                 reservation_capacity: Some(free),
+                // The rest as a plain offering has it, so fields the core adds later need no edit here.
+                ..Offering::new(rack, CapacityType::Reserved, 0.35)
             })
             .collect();
         Ok(vec![InstanceType {

@@ -374,6 +374,7 @@ pub(crate) fn instance_types<'a>(machines: impl IntoIterator<Item = (&'a Machine
                 available: free + coming > 0,
                 reservation_id: Some(reservation_id(&node_class, &class, &domain)),
                 reservation_capacity: Some(free),
+                labels: Default::default(),
             });
         }
     }

@@ -209,6 +209,24 @@ impl Env {
         self.fault("/_fault/capacity", serde_json::json!({ "rules": rules })).await;
     }
 
+    /// An EKS cluster of this test's name in moto (Kubernetes `version`, or moto's default), in its first
+    /// subnet; what `DescribeCluster` then says of it.
+    async fn create_eks_cluster(&self, version: Option<&str>) -> aws_sdk_eks::types::Cluster {
+        let eks = aws_sdk_eks::Client::new(&sdk_config_in(self.region).await);
+        eks.create_cluster()
+            .name(&self.cluster)
+            .set_version(version.map(str::to_owned))
+            .role_arn("arn:aws:iam::123456789012:role/eks-cluster")
+            .resources_vpc_config(
+                aws_sdk_eks::types::VpcConfigRequest::builder().subnet_ids(self.subnets[0].0.clone()).build(),
+            )
+            .send()
+            .await
+            .unwrap();
+        let described = eks.describe_cluster().name(&self.cluster).send().await.unwrap();
+        described.cluster().unwrap().clone()
+    }
+
     async fn clear_faults(&self) {
         let ids: Vec<&String> = self.subnets.iter().map(|(s, _)| s).collect();
         self.fault("/_fault/clear", serde_json::json!({ "subnet_ids": ids })).await;
@@ -475,19 +493,7 @@ async fn create_fleet_launches_tagged_instances_from_a_launch_template() {
 async fn an_al2023_class_launches_with_user_data_that_joins_the_cluster() {
     use tenon_providers::aws::bootstrap::mime;
     let env = Env::new("al2023").await;
-    let conf = sdk_config().await;
-    let eks = aws_sdk_eks::Client::new(&conf);
-    eks.create_cluster()
-        .name(&env.cluster)
-        .role_arn("arn:aws:iam::123456789012:role/eks-cluster")
-        .resources_vpc_config(
-            aws_sdk_eks::types::VpcConfigRequest::builder().subnet_ids(env.subnets[0].0.clone()).build(),
-        )
-        .send()
-        .await
-        .unwrap();
-    let described = eks.describe_cluster().name(&env.cluster).send().await.unwrap();
-    let cluster = described.cluster().unwrap();
+    let cluster = env.create_eks_cluster(None).await;
     let mut class = env.node_class();
     class.spec.ami_family = Some("AL2023".into());
     class.spec.kubelet = serde_json::json!({"maxPods": 30, "kubeReserved": {"cpu": "250m"}}).as_object().cloned();
@@ -898,17 +904,7 @@ async fn an_alias_resolves_through_the_eks_ssm_parameters_of_the_cluster_version
 
     // Without the API server's version, EKS DescribeCluster's pins the alias: a version EKS publishes no
     // image for leaves the class not ready, naming the parameters it looked for.
-    let eks = aws_sdk_eks::Client::new(&sdk_config().await);
-    eks.create_cluster()
-        .name(&env.cluster)
-        .version("1.899")
-        .role_arn("arn:aws:iam::123456789012:role/eks-cluster")
-        .resources_vpc_config(
-            aws_sdk_eks::types::VpcConfigRequest::builder().subnet_ids(env.subnets[0].0.clone()).build(),
-        )
-        .send()
-        .await
-        .unwrap();
+    env.create_eks_cluster(Some("1.899")).await;
     let fresh = env.provider().await;
     fresh.apply_node_class(nc).unwrap();
     let err = fresh.resolve_node_class(&env.class_name()).await.unwrap_err();
@@ -1522,6 +1518,9 @@ async fn capacity_reservations_are_offered_and_targeted() {
     assert_eq!((m5.zone.as_str(), m5.available, m5.reservation_capacity), (zone_a.as_str(), true, Some(2)));
     assert_eq!(m5.reservation_id.as_deref(), Some(odcr.as_str()));
     assert!(m5.price < 1e-6, "reserved capacity is paid for already: {}", m5.price);
+    let described = env.ec2.describe_subnets().subnet_ids(&env.subnets[0].0).send().await.unwrap();
+    let zone_id = described.subnets()[0].availability_zone_id().unwrap().to_owned();
+    assert_eq!(m5.labels.get("topology.k8s.aws/zone-id"), Some(&zone_id), "offerings carry their zone's id");
     assert!(!reserved(&types, "c5.large").unwrap().available, "a capacity block about to end is not offered");
     assert!(reserved(&types, "m5.xlarge").is_none(), "an ended reservation is gone");
     assert!(reserved(&types, "g5.xlarge").unwrap().available);
@@ -1540,6 +1539,7 @@ async fn capacity_reservations_are_offered_and_targeted() {
     assert_eq!(i.labels.get("karpenter.k8s.aws/capacity-reservation-id"), Some(&odcr));
     assert_eq!(i.labels.get("karpenter.k8s.aws/capacity-reservation-type").map(String::as_str), Some("default"));
     assert_eq!(i.labels.get(labels::RESERVATION_ID), Some(&odcr));
+    assert_eq!(i.labels.get("topology.k8s.aws/zone-id"), Some(&zone_id));
     let target = |data: &ec2::ResponseLaunchTemplateData| {
         data.capacity_reservation_specification().map(|s| {
             (
@@ -1688,18 +1688,8 @@ async fn the_documented_iam_policy_allows_every_request_the_provider_makes() {
     let env = Env::new("iam").await;
     let key = format!("record-{}", env.cluster);
     let role = create_role(&env).await;
-    let eks = aws_sdk_eks::Client::new(&sdk_config().await);
     let k8s = unique_kubernetes_version();
-    eks.create_cluster()
-        .name(&env.cluster)
-        .version(&k8s)
-        .role_arn("arn:aws:iam::123456789012:role/eks-cluster")
-        .resources_vpc_config(
-            aws_sdk_eks::types::VpcConfigRequest::builder().subnet_ids(env.subnets[0].0.clone()).build(),
-        )
-        .send()
-        .await
-        .unwrap();
+    env.create_eks_cluster(Some(&k8s)).await;
     let path = format!("/aws/service/eks/optimized-ami/{k8s}/amazon-linux-2023/x86_64/standard/recommended/image_id");
     publish_ssm_parameters(&env, &[(path, &env.ami)]).await;
     let zone = env.subnets[0].1.clone();

@@ -788,6 +788,7 @@ mod tests {
             available: true,
             reservation_id: Some("r-1".into()),
             reservation_capacity: Some(1),
+            labels: Default::default(),
         });
         h.cloud.set_catalog(vec![it]);
         let reqs = || vec![NodeSelectorRequirement::new(labels::CAPACITY_TYPE, Operator::In, ["reserved"])];

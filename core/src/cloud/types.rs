@@ -93,6 +93,10 @@ pub struct Offering {
     /// How many more instances the reservation can hold (reserved offerings).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reservation_capacity: Option<u32>,
+    /// Labels a node bought through this offering carries beyond its zone and capacity type, which differ
+    /// from offering to offering of one type (a zone's id): a requirement on one is met per offering.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
 }
 
 fn default_true() -> bool {
@@ -109,7 +113,14 @@ impl Offering {
             available: true,
             reservation_id: None,
             reservation_capacity: None,
+            labels: BTreeMap::new(),
         }
+    }
+
+    /// Whether this offering's own labels meet `reqs` (a label it lacks is left to its type).
+    #[inline]
+    pub fn labels_meet(&self, reqs: &crate::scheduling::Requirements) -> bool {
+        self.labels.iter().all(|(k, v)| reqs.get(k).is_none_or(|r| r.has(v)))
     }
 
     /// The offering's key for `instance_type`.
@@ -172,7 +183,7 @@ impl InstanceType {
                 labels::CAPACITY_TYPE => Some(offering.capacity_type.as_str()),
                 labels::INSTANCE_TYPE => Some(self.name.as_str()),
                 labels::RESERVATION_ID => offering.reservation_id.as_deref(),
-                other => match self.labels.get(other) {
+                other => match offering.labels.get(other).or_else(|| self.labels.get(other)) {
                     Some(v) => Some(v.as_str()),
                     None => return true,
                 },

@@ -320,6 +320,7 @@ struct OfferFilter<'a> {
     zone: Option<&'a Requirement>,
     capacity_type: Option<&'a Requirement>,
     reservation: Option<&'a Requirement>,
+    reqs: &'a Requirements,
     ceiling: Option<f64>,
 }
 
@@ -329,6 +330,7 @@ impl<'a> OfferFilter<'a> {
             zone: reqs.get(labels::ZONE),
             capacity_type: reqs.get(labels::CAPACITY_TYPE),
             reservation: reqs.get(labels::RESERVATION_ID),
+            reqs,
             ceiling,
         }
     }
@@ -341,6 +343,7 @@ impl<'a> OfferFilter<'a> {
             && self.capacity_type.is_none_or(|r| r.has(o.capacity_type.as_str()))
             && self.reservation.is_none_or(|r| o.reservation_id.as_deref().is_some_and(|id| r.has(id)))
             && (o.capacity_type != CapacityType::Reserved || o.reservation_capacity.unwrap_or(0) > 0)
+            && (o.labels.is_empty() || o.labels_meet(self.reqs))
     }
 
     /// The cheapest passing offering of a type whose offerings are sorted by price.
@@ -398,13 +401,15 @@ fn truncate_keeping_min_values<'a>(
     }
 }
 
-/// Whether an offering is available and allowed by the zone, capacity-type and reservation requirements.
+/// Whether an offering is available and allowed by the zone, capacity-type and reservation requirements,
+/// and by those on its own labels.
 pub fn offering_ok(o: &Offering, reqs: &Requirements) -> bool {
     o.available
         && reqs.get(labels::ZONE).is_none_or(|r| r.has(&o.zone))
         && reqs.get(labels::CAPACITY_TYPE).is_none_or(|r| r.has(o.capacity_type.as_str()))
         && reqs.get(labels::RESERVATION_ID).is_none_or(|r| o.reservation_id.as_deref().is_some_and(|id| r.has(id)))
         && (o.capacity_type != CapacityType::Reserved || o.reservation_capacity.unwrap_or(0) > 0)
+        && o.labels_meet(reqs)
 }
 
 fn cheapest(it: &InstanceType, reqs: &Requirements, ceiling: Option<f64>) -> Option<f64> {
@@ -423,6 +428,10 @@ fn type_requirements(it: &InstanceType, all_keys: &BTreeSet<String>) -> Requirem
     for key in all_keys {
         match it.labels.get(key) {
             Some(v) => r.add(Requirement::is_in(key, [v.clone()])),
+            // A label its offerings carry: any of their values.
+            None if it.offerings.iter().any(|o| o.labels.contains_key(key)) => {
+                r.add(Requirement::is_in(key, it.offerings.iter().filter_map(|o| o.labels.get(key).cloned())))
+            }
             None => r.add(Requirement::does_not_exist(key)),
         }
     }
@@ -1314,8 +1323,20 @@ fn type_usable(it: &InstanceType, treqs: &Requirements, reqs: &Requirements) -> 
 /// The instance types of `types` a node meeting `reqs` can be, in their order: as a pool's types are
 /// chosen, a label some other type defines and this one lacks counting as absent.
 pub fn allowed_types<'a>(reqs: &Requirements, types: &'a [InstanceType]) -> Vec<&'a InstanceType> {
-    let all_keys: BTreeSet<String> = types.iter().flat_map(|it| it.labels.keys().cloned()).collect();
+    let all_keys = label_keys(types.iter());
     types.iter().filter(|it| type_usable(it, &type_requirements(it, &all_keys), reqs)).collect()
+}
+
+/// Every label key instance types define, on the types or on their offerings.
+fn label_keys<'a>(types: impl Iterator<Item = &'a InstanceType>) -> BTreeSet<String> {
+    let mut keys = BTreeSet::new();
+    for it in types {
+        keys.extend(it.labels.keys().cloned());
+        for o in &it.offerings {
+            keys.extend(o.labels.keys().cloned());
+        }
+    }
+    keys
 }
 
 fn build_pool(input: PoolInput, daemons: &[DaemonPod]) -> Pool {
@@ -1330,7 +1351,7 @@ fn build_pool(input: PoolInput, daemons: &[DaemonPod]) -> Pool {
                 && d.alternatives.iter().any(|a| reqs.compatible(a, true).is_ok() || reqs.intersects(a).is_ok())
         })
         .collect();
-    let all_keys: BTreeSet<String> = input.instance_types.iter().flat_map(|it| it.labels.keys().cloned()).collect();
+    let all_keys = label_keys(input.instance_types.iter());
     let mut overhead_cache: HashMap<Vec<Option<String>>, Resources> = HashMap::new();
     let daemon_keys: BTreeSet<String> = compatible_daemons
         .iter()

@@ -219,6 +219,7 @@ fn reserved_capacity_is_never_over_committed_in_one_pass() {
         available: true,
         reservation_id: Some("cr-1".into()),
         reservation_capacity: Some(2),
+        labels: Default::default(),
     });
     let gpu_pod = |i: usize| {
         pod_with(
@@ -239,6 +240,42 @@ fn reserved_capacity_is_never_over_committed_in_one_pass() {
     assert_eq!(reserved, 2);
     let pinned = r.claims.iter().filter(|c| c.requirements.get(labels::RESERVATION_ID).is_some()).count();
     assert_eq!(pinned, 2, "reserved launches are pinned to their reservation");
+}
+
+/// A label that differs by offering (a zone's id) is met per offering: a pod asking for one zone id gets
+/// the zone that has it, a zone id no offering has leaves the pod unschedulable, and a pool's types
+/// without the label are not taken to have it.
+#[test]
+fn a_label_of_the_offerings_is_met_per_offering() {
+    let mut it = instance_type("m.large", 4, 16, 0, &["zone-a", "zone-b"], 1.0, 0.5);
+    for o in &mut it.offerings {
+        let id = if o.zone == "zone-a" { "az1" } else { "az2" };
+        o.labels.insert("topology.example.com/zone-id".into(), id.into());
+    }
+    let plain = instance_type("p.large", 4, 16, 0, &["zone-a", "zone-b"], 0.1, 0.05);
+    let wants = |name: &str, id: &str| {
+        pod_with(
+            name,
+            "1",
+            json!({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+                {"matchExpressions": [{"key": "topology.example.com/zone-id", "operator": "In", "values": [id]}]}]}}}}),
+            json!({}),
+        )
+    };
+    let r = solve(
+        vec![input(NodePool::new("default", NodePoolSpec::default()), vec![it, plain])],
+        vec![],
+        vec![wants("in-az2", "az2"), wants("in-az9", "az9")],
+    );
+    assert_eq!(r.claims.len(), 1, "{:?}", r.unschedulable);
+    let launch = r.claims[0].launch.as_ref().unwrap();
+    assert_eq!(
+        (launch.instance_type.as_str(), launch.zone.as_str()),
+        ("m.large", "zone-b"),
+        "not the cheaper type without the label"
+    );
+    assert_eq!(r.unschedulable.len(), 1);
+    assert!(r.unschedulable[0].pod.ends_with("in-az9"), "{:?}", r.unschedulable);
 }
 
 #[test]

@@ -128,6 +128,9 @@ impl AwsProvider {
         let spot = self.spot_prices().await?;
         let od = self.on_demand_prices().await?;
         let subnet_zones: BTreeSet<&str> = status.subnets.iter().map(|s| s.zone.as_str()).collect();
+        // Zone ids differ by offering of a type: requirements on them are met per offering.
+        let zone_ids: HashMap<&str, &str> =
+            status.subnets.iter().filter_map(|s| Some((s.zone.as_str(), s.zone_id.as_deref()?))).collect();
         let archs: BTreeSet<&str> = status.amis.iter().map(|a| a.architecture.as_str()).collect();
         let root = self.root_volume_gib(Some(class));
         let not_ready = |m: String| CloudError::NodeClassNotReady(format!("EC2NodeClass/{}: {m}", class.name()));
@@ -163,6 +166,11 @@ impl AwsProvider {
                 }
             }
             offerings.extend(self.reserved_offerings(&status.capacity_reservations, name, od_price, &subnet_zones));
+            for o in &mut offerings {
+                if let Some(id) = zone_ids.get(o.zone.as_str()) {
+                    o.labels.insert(catalog::LABEL_ZONE_ID.to_owned(), (*id).to_owned());
+                }
+            }
             let mut it = catalog::instance_type_with_storage(
                 shape,
                 catalog::ephemeral_storage_bytes(shape, root, raid0),

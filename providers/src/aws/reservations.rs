@@ -108,15 +108,26 @@ impl ResolvedCapacityReservation {
         Some(end - jiff::SignedDuration::from_mins(CAPACITY_BLOCK_EXPIRY_MINUTES))
     }
 
-    /// The kind of launch it needs: `CreateFleet` takes one market per request, so a launch draws on
-    /// reservations of one kind (default, capacity block, interruptible), in that order of preference.
-    pub fn kind(&self) -> u8 {
+    /// The kind of launch it needs.
+    pub fn kind(&self) -> ReservationKind {
         match (self.is_capacity_block(), self.interruptible) {
-            (false, false) => 0,
-            (true, _) => 1,
-            (false, true) => 2,
+            (true, _) => ReservationKind::CapacityBlock,
+            (false, false) => ReservationKind::OnDemand,
+            (false, true) => ReservationKind::Interruptible,
         }
     }
+}
+
+/// The kinds of reservation, each its own market: `CreateFleet` takes one per request, so a launch draws
+/// on reservations of one kind, preferred in this order when prices tie.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum ReservationKind {
+    /// An on-demand capacity reservation, launched as on-demand.
+    OnDemand,
+    /// A capacity block for ML, launched in the `capacity-block` market.
+    CapacityBlock,
+    /// An interruptible capacity reservation, launched as `reserved-capacity`.
+    Interruptible,
 }
 
 /// Checks one term as Karpenter's CRD does; the error names the field.
@@ -342,7 +353,7 @@ mod tests {
         assert_eq!(active.state, "active");
         assert_eq!(active.expires_at(), Some(now + jiff::SignedDuration::from_mins(1)));
         let r = resolved(&block(40), now).unwrap();
-        assert!(r.is_expiring() && r.is_capacity_block() && r.kind() == 1);
+        assert!(r.is_expiring() && r.is_capacity_block() && r.kind() == ReservationKind::CapacityBlock);
         let odcr = ec2::CapacityReservation::builder()
             .capacity_reservation_id("cr-2")
             .instance_type("m5.large")
@@ -350,6 +361,9 @@ mod tests {
             .instance_match_criteria(ec2::InstanceMatchCriteria::Open)
             .build();
         let r = resolved(&odcr, now).unwrap();
-        assert_eq!((r.reservation_type.as_str(), r.state.as_str(), r.kind()), ("default", "active", 0));
+        assert_eq!(
+            (r.reservation_type.as_str(), r.state.as_str(), r.kind()),
+            ("default", "active", ReservationKind::OnDemand)
+        );
     }
 }

@@ -19,16 +19,21 @@ use super::instances::provider_id;
 use super::launch_template::Template;
 use super::nodeclass::{self, EC2NodeClass};
 use super::provider::{AwsProvider, NAME, TAG_EKS_CLUSTER, TAG_NODE_CLAIM, TAG_NODE_CLASS, TAG_NODE_POOL, tag};
-use super::reservations::ResolvedCapacityReservation;
+use super::reservations::{ReservationKind, ResolvedCapacityReservation};
 use plan::Override;
 
 /// `CreateFleet`'s target capacity type: a reserved launch's follows its reservations' kind (a capacity
 /// block, an interruptible reservation, or an on-demand capacity reservation launched as on-demand).
-fn target_capacity_type(capacity_type: CapacityType, reservation_kind: Option<u8>) -> ec2::DefaultTargetCapacityType {
+fn target_capacity_type(
+    capacity_type: CapacityType,
+    reservation_kind: Option<ReservationKind>,
+) -> ec2::DefaultTargetCapacityType {
     match (capacity_type, reservation_kind) {
         (CapacityType::Spot, _) => ec2::DefaultTargetCapacityType::Spot,
-        (CapacityType::Reserved, Some(1)) => ec2::DefaultTargetCapacityType::CapacityBlock,
-        (CapacityType::Reserved, Some(2)) => ec2::DefaultTargetCapacityType::ReservedCapacity,
+        (CapacityType::Reserved, Some(ReservationKind::CapacityBlock)) => ec2::DefaultTargetCapacityType::CapacityBlock,
+        (CapacityType::Reserved, Some(ReservationKind::Interruptible)) => {
+            ec2::DefaultTargetCapacityType::ReservedCapacity
+        }
         _ => ec2::DefaultTargetCapacityType::OnDemand,
     }
 }
@@ -93,14 +98,14 @@ impl AwsProvider {
                     .build(),
             ),
             // A capacity block takes neither options block.
-            (CapacityType::Reserved, Some(1)) => req,
+            (CapacityType::Reserved, Some(ReservationKind::CapacityBlock)) => req,
             (_, kind) => {
                 let req = req.on_demand_options(
                     ec2::OnDemandOptionsRequest::builder()
                         .allocation_strategy(ec2::FleetOnDemandAllocationStrategy::LowestPrice)
                         .build(),
                 );
-                if kind == Some(2) {
+                if kind == Some(ReservationKind::Interruptible) {
                     req.reserved_capacity_options(
                         ec2::ReservedCapacityOptionsRequest::builder()
                             .reservation_types(ec2::FleetReservationType::InterruptibleCapacityReservation)

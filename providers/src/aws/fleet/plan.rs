@@ -10,7 +10,7 @@ use tenon_core::resources::Resources;
 use crate::aws::catalog;
 use crate::aws::nodeclass::{EC2NodeClassStatus, ResolvedAmi, ResolvedSubnet};
 use crate::aws::provider::AwsProvider;
-use crate::aws::reservations::ResolvedCapacityReservation;
+use crate::aws::reservations::{ReservationKind, ResolvedCapacityReservation};
 
 /// One fleet override: an instance type in a zonal subnet, with the AMI it boots, and for reserved
 /// capacity the reservation it draws on.
@@ -105,7 +105,9 @@ impl AwsProvider {
                 o.reservation_id.as_deref().and_then(|id| status.capacity_reservations.iter().find(|r| r.id == id))
             };
             candidates.retain(|(_, o)| reservation(o).is_some());
-            reserved_filters(&mut candidates, |o| reservation(o).map_or(0, ResolvedCapacityReservation::kind));
+            reserved_filters(&mut candidates, |o| {
+                reservation(o).map_or(ReservationKind::OnDemand, ResolvedCapacityReservation::kind)
+            });
         }
         if candidates.is_empty() {
             return Err(CloudError::InsufficientCapacity {
@@ -179,13 +181,13 @@ impl AwsProvider {
 
 /// Narrows reserved candidates as Karpenter's reserved filters do, since one `CreateFleet` takes one market
 /// and one capacity block:
-/// - one kind of reservation (`kind_of`: default, capacity block, interruptible): the kind of the cheapest
-///   candidate, the lower kind on a tie;
+/// - one kind of reservation (`kind_of`): the kind of the cheapest candidate, the first
+///   [`ReservationKind`] on a tie;
 /// - a capacity block launches alone: the cheapest candidate only;
 /// - of several reservations of one type in one zone, the one with the most room.
 pub(crate) fn reserved_filters<'a>(
     candidates: &mut Vec<(&'a InstanceType, &'a Offering)>,
-    kind_of: impl Fn(&Offering) -> u8,
+    kind_of: impl Fn(&Offering) -> ReservationKind,
 ) {
     let Some(kind) = candidates
         .iter()
@@ -196,7 +198,7 @@ pub(crate) fn reserved_filters<'a>(
         return;
     };
     candidates.retain(|(_, o)| kind_of(o) == kind);
-    if kind == 1 {
+    if kind == ReservationKind::CapacityBlock {
         if let Some(best) = candidates
             .iter()
             .copied()
