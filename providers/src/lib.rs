@@ -3,16 +3,21 @@
 //! tenon's cloud providers, each behind a cargo feature so a binary carries only the SDKs it needs:
 //!
 //! - `aws`: EC2 through `aws-sdk-ec2` (`EC2NodeClass`, group `karpenter.k8s.aws`);
-//! - `gcp`: Compute Engine;
-//! - `azure`: Azure Virtual Machines.
+//! - `gcp`: Compute Engine (`GCENodeClass`, group `karpenter.k8s.gcp`): so far the NodeClass, the
+//!   machine-type catalog with GKE's allocatable and the bundled prices; no Compute Engine client yet, so
+//!   no provider is registered;
+//! - `azure`: Azure Virtual Machines, a placeholder: enabling it builds and adds nothing yet.
 //!
 //! Each provider implements [`tenon_core::cloud::CloudProvider`] and passes the core's conformance suite
-//! in its own tests. `gcp` and `azure` are placeholders until those providers land: enabling one builds,
-//! and adds nothing yet.
+//! in its own tests. [`kubelet`] is the kubelet configuration the AWS and GCP NodeClasses share.
 #![warn(missing_docs)]
 
 #[cfg(feature = "aws")]
 pub mod aws;
+#[cfg(feature = "gcp")]
+pub mod gcp;
+#[cfg(any(feature = "aws", feature = "gcp"))]
+pub mod kubelet;
 
 /// The providers compiled into this build, by name.
 pub fn enabled() -> Vec<&'static str> {

@@ -223,20 +223,7 @@ pub fn max_pods(max_enis: i64, ipv4_per_eni: i64) -> i64 {
     (max_enis * (ipv4_per_eni - 1).max(0) + 2).max(2)
 }
 
-/// The kube-reserved CPU of EKS in millicores: 6% of the first core, 1% of the second, 0.5% of the
-/// third and fourth, 0.25% of every other (fractions of a millicore dropped).
-pub fn kube_reserved_cpu_millis(vcpu: i64) -> i64 {
-    let mut tenths = 0; // in tenths of a millicore
-    for core in 0..vcpu {
-        tenths += match core {
-            0 => 600,
-            1 => 100,
-            2 | 3 => 50,
-            _ => 25,
-        };
-    }
-    tenths / 10
-}
+pub use crate::kubelet::kube_reserved_cpu_millis;
 
 /// The kube-reserved memory of EKS in MiB: `11 × max pods + 255`.
 pub fn kube_reserved_memory_mib(max_pods: i64) -> i64 {

@@ -8,18 +8,12 @@
 //! the scheduler plans with is the one the kubelet will report. [`Kubelet::parse`] rejects a value of the
 //! wrong type or a quantity that is not one, naming the field.
 
-use std::collections::BTreeMap;
-
-use serde_json::{Map, Value};
 use tenon_core::cloud::Overhead;
 use tenon_core::resources::{ResourceName, Resources};
 
 use super::catalog::{self, Shape};
-
-/// The kubelet's hard-eviction signal on memory.
-pub const MEMORY_AVAILABLE: &str = "memory.available";
-/// The kubelet's hard-eviction signal on the root filesystem.
-pub const NODEFS_AVAILABLE: &str = "nodefs.available";
+pub use crate::kubelet::{Kubelet, MEMORY_AVAILABLE, NODEFS_AVAILABLE};
+use crate::kubelet::{apply, signal_value};
 
 const MIB: i64 = 1 << 20;
 const GIB: i64 = 1 << 30;
@@ -71,119 +65,7 @@ impl AmiFamily {
     }
 }
 
-/// The fields of `spec.kubelet` scheduling reads, parsed, beside the whole map (passed through).
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct Kubelet {
-    /// The map as written.
-    pub raw: Map<String, Value>,
-    /// `maxPods`.
-    pub max_pods: Option<i64>,
-    /// `podsPerCore`.
-    pub pods_per_core: Option<i64>,
-    /// `kubeReserved`, as written (`cpu: 200m`).
-    pub kube_reserved: BTreeMap<String, String>,
-    /// `systemReserved`, as written.
-    pub system_reserved: BTreeMap<String, String>,
-    /// `evictionHard` (`memory.available: 5%`).
-    pub eviction_hard: BTreeMap<String, String>,
-    /// `evictionSoft`.
-    pub eviction_soft: BTreeMap<String, String>,
-    /// `evictionSoftGracePeriod` (`memory.available: 1m30s`).
-    pub eviction_soft_grace_period: BTreeMap<String, String>,
-    /// `evictionMaxPodGracePeriod`, in seconds.
-    pub eviction_max_pod_grace_period: Option<i64>,
-    /// `clusterDNS`.
-    pub cluster_dns: Vec<String>,
-    /// `imageGCHighThresholdPercent`.
-    pub image_gc_high_threshold_percent: Option<i64>,
-    /// `imageGCLowThresholdPercent`.
-    pub image_gc_low_threshold_percent: Option<i64>,
-    /// `cpuCFSQuota`.
-    pub cpu_cfs_quota: Option<bool>,
-}
-
 impl Kubelet {
-    /// Reads `spec.kubelet`; an error names the field (`spec.kubelet.maxPods`) and says what is wrong.
-    pub fn parse(raw: Option<&Map<String, Value>>) -> Result<Self, String> {
-        let Some(raw) = raw else { return Ok(Self::default()) };
-        let field = |k: &str| format!("spec.kubelet.{k}");
-        let int = |k: &str| -> Result<Option<i64>, String> {
-            match raw.get(k) {
-                None | Some(Value::Null) => Ok(None),
-                Some(Value::Number(n)) => match n.as_i64() {
-                    Some(v) if v >= 0 => Ok(Some(v)),
-                    _ => Err(format!("{}: {n} is not a non-negative integer", field(k))),
-                },
-                Some(v) => Err(format!("{}: expected an integer, got {v}", field(k))),
-            }
-        };
-        let strings = |k: &str| -> Result<BTreeMap<String, String>, String> {
-            match raw.get(k) {
-                None | Some(Value::Null) => Ok(BTreeMap::new()),
-                Some(Value::Object(m)) => m
-                    .iter()
-                    .map(|(name, v)| match v {
-                        Value::String(s) => Ok((name.clone(), s.clone())),
-                        Value::Number(n) => Ok((name.clone(), n.to_string())),
-                        other => Err(format!("{}.{name}: expected a string, got {other}", field(k))),
-                    })
-                    .collect(),
-                Some(v) => Err(format!("{}: expected a map of strings, got {v}", field(k))),
-            }
-        };
-        let mut out = Self {
-            raw: raw.clone(),
-            max_pods: int("maxPods")?,
-            pods_per_core: int("podsPerCore")?,
-            kube_reserved: strings("kubeReserved")?,
-            system_reserved: strings("systemReserved")?,
-            eviction_hard: strings("evictionHard")?,
-            eviction_soft: strings("evictionSoft")?,
-            eviction_soft_grace_period: strings("evictionSoftGracePeriod")?,
-            eviction_max_pod_grace_period: int("evictionMaxPodGracePeriod")?,
-            cluster_dns: Vec::new(),
-            image_gc_high_threshold_percent: int("imageGCHighThresholdPercent")?,
-            image_gc_low_threshold_percent: int("imageGCLowThresholdPercent")?,
-            cpu_cfs_quota: match raw.get("cpuCFSQuota") {
-                None | Some(Value::Null) => None,
-                Some(Value::Bool(b)) => Some(*b),
-                Some(v) => return Err(format!("{}: expected true or false, got {v}", field("cpuCFSQuota"))),
-            },
-        };
-        match raw.get("clusterDNS") {
-            None | Some(Value::Null) => {}
-            Some(Value::Array(a)) => {
-                for (i, v) in a.iter().enumerate() {
-                    let Value::String(ip) = v else {
-                        return Err(format!("{}[{i}]: expected an IP address, got {v}", field("clusterDNS")));
-                    };
-                    if ip.parse::<std::net::IpAddr>().is_err() {
-                        return Err(format!("{}[{i}]: {ip:?} is not an IP address", field("clusterDNS")));
-                    }
-                    out.cluster_dns.push(ip.clone());
-                }
-            }
-            Some(v) => return Err(format!("{}: expected a list of IP addresses, got {v}", field("clusterDNS"))),
-        }
-        for (k, map) in [("kubeReserved", &out.kube_reserved), ("systemReserved", &out.system_reserved)] {
-            for (name, q) in map {
-                Resources::parse_quantity(name, q).map_err(|e| format!("{}.{name}: {e}", field(k)))?;
-            }
-        }
-        for (name, v) in &out.eviction_hard {
-            signal_value(v, 1).map_err(|e| format!("{}.{name}: {e}", field("evictionHard")))?;
-        }
-        if let (Some(high), Some(low)) = (out.image_gc_high_threshold_percent, out.image_gc_low_threshold_percent)
-            && low > high
-        {
-            return Err(format!(
-                "{}: {low} is above imageGCHighThresholdPercent {high}",
-                field("imageGCLowThresholdPercent")
-            ));
-        }
-        Ok(out)
-    }
-
     /// The pods a node of `shape` runs: `maxPods`, else the ENI-limited count (the VPC CNI's), capped at
     /// `podsPerCore` × vCPUs where the family honours it.
     pub fn pods(&self, shape: &Shape, family: AmiFamily) -> i64 {
@@ -225,30 +107,10 @@ impl Kubelet {
     }
 }
 
-fn apply(into: &mut Resources, quantities: &BTreeMap<String, String>) {
-    for (name, q) in quantities {
-        if let Ok((slot, v)) = Resources::parse_quantity(name, q) {
-            into.set(slot, v);
-        }
-    }
-}
-
-/// An eviction signal's value against `capacity`: a percentage of it (rounded up), or a quantity.
-fn signal_value(value: &str, capacity: i64) -> Result<i64, String> {
-    if let Some(p) = value.strip_suffix('%') {
-        let p: f64 = p.trim().parse().map_err(|_| format!("{value:?} is not a percentage"))?;
-        if !(0.0..=100.0).contains(&p) {
-            return Err(format!("{value:?} is not between 0% and 100%"));
-        }
-        return Ok((capacity as f64 / 100.0 * p).ceil() as i64);
-    }
-    Resources::parse_quantity("memory", value).map(|(_, v)| v).map_err(|e| e.to_string())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use serde_json::{Value, json};
 
     fn shape() -> Shape {
         Shape::nitro("m5.xlarge", 4, 16384)
