@@ -12,6 +12,8 @@
 //! in its own tests. [`kubelet`] is the kubelet configuration the AWS and GCP NodeClasses share.
 #![warn(missing_docs)]
 
+#[cfg(any(feature = "aws", feature = "gcp"))]
+pub mod alias;
 #[cfg(feature = "aws")]
 pub mod aws;
 #[cfg(feature = "gcp")]

@@ -325,7 +325,11 @@ mod tests {
         assert_eq!(it.capacity.get(ResourceName::PODS), 32, "podsPerCore 4 × 8 vCPUs under maxPods 64");
         assert_eq!(it.overhead.kube_reserved.get(ResourceName::CPU), 500);
         assert_eq!(it.overhead.system_reserved.get(ResourceName::MEMORY), GIB);
-        assert_eq!(it.overhead.eviction_threshold.get(ResourceName::MEMORY), (32_768 * MIB + 19) / 20, "5%, rounded up");
+        assert_eq!(
+            it.overhead.eviction_threshold.get(ResourceName::MEMORY),
+            (32_768 * MIB + 19) / 20,
+            "5%, rounded up"
+        );
         let bad = serde_json::json!({"maxPods": "many"});
         let e = Kubelet::parse_at(bad.as_object(), "spec.kubeletConfiguration").unwrap_err();
         assert!(e.contains("spec.kubeletConfiguration.maxPods"), "{e}");

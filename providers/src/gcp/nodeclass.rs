@@ -386,25 +386,11 @@ impl GCENodeClass {
     }
 }
 
-/// An image alias: `ContainerOptimizedOS@latest`, `Ubuntu@v20260601`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Alias {
-    /// `ContainerOptimizedOS` or `Ubuntu`.
-    pub family: String,
-    /// `latest`, or a pinned version.
-    pub version: String,
-}
+pub use crate::alias::Alias;
 
-/// Parses `family@version`.
+/// Parses an image alias: `ContainerOptimizedOS@latest`, `Ubuntu@v20260601`.
 pub fn parse_alias(alias: &str) -> Result<Alias, String> {
-    let (family, version) = alias.split_once('@').unwrap_or((alias, "latest"));
-    if !["ContainerOptimizedOS", "Ubuntu"].contains(&family) {
-        return Err(format!("{alias:?}: unknown image family {family:?} (ContainerOptimizedOS, Ubuntu)"));
-    }
-    if version.is_empty() {
-        return Err(format!("{alias:?}: empty version"));
-    }
-    Ok(Alias { family: family.to_owned(), version: version.to_owned() })
+    crate::alias::parse(alias, &["ContainerOptimizedOS", "Ubuntu"], false)
 }
 
 #[cfg(test)]

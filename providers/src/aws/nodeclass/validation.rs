@@ -90,24 +90,9 @@ impl EC2NodeClass {
     }
 }
 
-/// An AMI alias, `family@version`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Alias {
-    /// `al2023`, `al2` or `bottlerocket`.
-    pub family: String,
-    /// `latest` or a version string such as `v20260101`.
-    pub version: String,
-}
+pub use crate::alias::Alias;
 
-/// Parses `family@version`.
+/// Parses an AMI alias, `family@version` (`al2023`, `al2` or `bottlerocket`, in any case).
 pub fn parse_alias(alias: &str) -> Result<Alias, String> {
-    let (family, version) = alias.split_once('@').unwrap_or((alias, "latest"));
-    let family = family.to_ascii_lowercase();
-    if !["al2023", "al2", "bottlerocket"].contains(&family.as_str()) {
-        return Err(format!("alias {alias:?}: unknown AMI family {family:?} (al2023, al2, bottlerocket)"));
-    }
-    if version.is_empty() {
-        return Err(format!("alias {alias:?}: empty version"));
-    }
-    Ok(Alias { family, version: version.to_owned() })
+    crate::alias::parse(alias, &["al2023", "al2", "bottlerocket"], true)
 }
