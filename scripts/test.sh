@@ -7,6 +7,8 @@
 # The emulator-backed tests talk to peers started here, on 127.0.0.1: from the project's own venv, moto's
 # server for EC2 and SQS and sushy-tools' Redfish emulator for the self-managed provider; built with Go
 # (cached outside the repo), a Kubernetes control plane with kwok for the operator's API-server tests.
+# The GCP provider's tests run against a Compute Engine fake of the test crate's own, held to Google's
+# discovery document from the venv's google-api-python-client (TENON_GCE_DISCOVERY).
 # Each peer has a script in scripts/peers/ with `start DIR` (prints `export NAME=VALUE` lines naming its
 # endpoint) and `stop DIR`. Every run gets fresh state.
 set -euo pipefail
@@ -19,6 +21,9 @@ fi
 # Installing is a no-op when the pinned versions are already there.
 "$VENV/bin/pip" install --quiet --disable-pip-version-check -r scripts/peers/requirements.txt
 export TENON_VENV="$VENV"
+# The discovery document the GCP provider's Compute Engine fake is held to.
+TENON_GCE_DISCOVERY="$("$VENV/bin/python" -c 'import googleapiclient, os; print(os.path.join(os.path.dirname(googleapiclient.__file__), "discovery_cache", "documents", "compute.v1.json"))')"
+export TENON_GCE_DISCOVERY
 
 PEERS_DIR="$(mktemp -d "${TMPDIR:-/tmp}/tenon-peers.XXXXXX")"
 PEERS=()

@@ -1,16 +1,24 @@
 //! The GCP provider: Compute Engine instances for GKE (and self-managed Kubernetes on GCE), compatible
 //! with the community Karpenter provider for GCP.
 //!
-//! What is here so far:
 //! - [`GCENodeClass`] (`karpenter.k8s.gcp/v1alpha1`), with that provider's field names and validation;
 //! - [`catalog`]: machine types as instance types, with GPUs counted from their accelerators, the
 //!   `karpenter.k8s.gcp/*` labels and GKE's allocatable formulas;
-//! - [`pricing`]: the bundled on-demand and spot price table.
+//! - [`pricing`]: the bundled on-demand and spot price table;
+//! - [`GcpProvider`]: launches (`instances.insert`, its zone operation polled), list, get, delete, drift
+//!   and spot preemption, with every error code classified in [`errors`].
 //!
-//! The Compute Engine client (launch, list, delete, drift, interruption) builds on these.
+//! Not yet: GKE node bootstrap (`kube-env`), image aliases and families, attachable GPUs (N1 with
+//! `guestAccelerators`), and registration in the stock binary.
 
 pub mod catalog;
+pub mod errors;
 pub mod nodeclass;
 pub mod pricing;
+mod provider;
 
 pub use nodeclass::{GCENodeClass, GCENodeClassSpec, GCENodeClassStatus};
+pub use provider::{
+    GcpProvider, GcpSettings, LABEL_CLUSTER, LABEL_HASH, LABEL_LOCATION, LABEL_NODE_CLAIM, LABEL_NODE_CLASS,
+    LABEL_NODE_POOL, NAME, label_value, parse_provider_id, provider_id, shape_of,
+};

@@ -1,0 +1,1042 @@
+//! The GCP provider: Compute Engine through `google-cloud-compute-v1`.
+//!
+//! - Instance types come from `machineTypes.aggregatedList` for the region (the zones of each type are
+//!   where it is listed), priced from the bundled table ([`super::pricing`]).
+//! - A launch is one `instances.insert` per claim, named `karpenter-<claim>` (as the community provider
+//!   names them), tried on the cheapest compatible offerings in turn; its zone operation is polled and its
+//!   `error.errors[].code` classified ([`super::errors`]). `bulkInsert` with an
+//!   `instanceFlexibilityPolicy` would try several machine types in one call, but Compute Engine then
+//!   ranks them by obtainability rather than by price, and reports its errors per request rather than per
+//!   machine type and zone: one insert per offering keeps tenon's cheapest-first choice and tells exactly
+//!   which offering has no capacity.
+//! - Instances carry ownership labels (`goog-k8s-cluster-name`, `karpenter-sh-nodepool`,
+//!   `karpenter-sh-nodeclaim`, `karpenter-k8s-gcp-gcenodeclass`); only those are listed, read or deleted.
+//!
+//! Images are named by `id` terms for now: aliases and families (GKE's node images) are not resolved yet.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::fmt;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use google_cloud_compute_v1::client::{Images, Instances, MachineTypes, ZoneOperations};
+use google_cloud_compute_v1::model;
+use google_cloud_gax::paginator::Paginator;
+use jiff::Timestamp;
+use tenon_core::api::{NodeClaim, NodeClassRef, NodePool, labels};
+use tenon_core::clock::{self, SharedClock, SystemClock};
+use tenon_core::cloud::{
+    CapacityType, CloudError, CloudProvider, DriftReason, Instance, InstanceState, InstanceType, Interruption,
+    InterruptionKind, LaunchOptions, NodeClassKind, Offering, OfferingKey, ProviderDescriptor, RepairPolicy,
+    UnavailableOfferings, default_repair_policies,
+};
+use tenon_core::resources::Resources;
+
+use super::catalog::{self, MachineShape, NodeShape};
+use super::errors::{InsertFault, client_error, insert_fault, quota_limits};
+use super::nodeclass::{self, GCENodeClass, GCENodeClassStatus, ResolvedImage};
+use super::pricing::{self, Price};
+use crate::kubelet::Kubelet;
+
+/// The provider's name.
+pub const NAME: &str = "gcp";
+/// Label: the cluster an instance belongs to.
+pub const LABEL_CLUSTER: &str = "goog-k8s-cluster-name";
+/// Label: the cluster's location.
+pub const LABEL_LOCATION: &str = "goog-k8s-cluster-location";
+/// Label: the NodePool an instance was launched for.
+pub const LABEL_NODE_POOL: &str = "karpenter-sh-nodepool";
+/// Label: the NodeClaim an instance was launched for.
+pub const LABEL_NODE_CLAIM: &str = "karpenter-sh-nodeclaim";
+/// Label: the GCENodeClass an instance was launched from.
+pub const LABEL_NODE_CLASS: &str = "karpenter-k8s-gcp-gcenodeclass";
+/// Label: the class's static hash at launch.
+pub const LABEL_HASH: &str = "karpenter-k8s-gcp-gcenodeclass-hash";
+
+/// How the GCP provider reaches Compute Engine and what it launches into.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GcpSettings {
+    /// The project instances run in.
+    pub project: String,
+    /// The region (`us-central1`).
+    pub region: String,
+    /// The cluster's name: instances carry it in `goog-k8s-cluster-name`, and only those are managed.
+    pub cluster_name: String,
+    /// The cluster's location (a region or a zone), in `goog-k8s-cluster-location`.
+    pub cluster_location: String,
+    /// An endpoint instead of `https://compute.googleapis.com` (a fake, a private endpoint).
+    pub endpoint: Option<String>,
+    /// The network when the class names none (`projects/<p>/global/networks/<n>`).
+    pub network: Option<String>,
+    /// The subnetwork when the class names none.
+    pub subnetwork: Option<String>,
+    /// The service account when the class names none; unset, the project's Compute Engine default.
+    pub service_account: Option<String>,
+    /// How long machine types are kept.
+    pub machine_types_ttl: Duration,
+    /// How long an offering without capacity stays unavailable (30 min, as the community provider has it).
+    pub unavailable_ttl: Duration,
+    /// How long an offering whose subnetwork ran out of addresses stays unavailable.
+    pub ip_space_ttl: Duration,
+    /// How long a used-up quota blocks what it limits.
+    pub quota_ttl: Duration,
+    /// How often a zone operation is polled.
+    pub operation_poll: Duration,
+    /// How long an insert's operation may take before the launch gives up on it.
+    pub operation_timeout: Duration,
+    /// At most this many offerings one launch tries.
+    pub max_attempts: usize,
+    /// The share of memory the hypervisor keeps.
+    pub vm_memory_overhead: f64,
+}
+
+impl GcpSettings {
+    /// Defaults for a cluster in `project` and `region`.
+    pub fn new(project: impl Into<String>, region: impl Into<String>, cluster_name: impl Into<String>) -> Self {
+        let region = region.into();
+        Self {
+            project: project.into(),
+            cluster_location: region.clone(),
+            region,
+            cluster_name: cluster_name.into(),
+            endpoint: None,
+            network: None,
+            subnetwork: None,
+            service_account: None,
+            machine_types_ttl: Duration::from_secs(12 * 3600),
+            unavailable_ttl: Duration::from_secs(30 * 60),
+            ip_space_ttl: Duration::from_secs(30),
+            quota_ttl: Duration::from_secs(3600),
+            operation_poll: Duration::from_secs(1),
+            operation_timeout: Duration::from_secs(120),
+            max_attempts: 3,
+            vm_memory_overhead: 0.0,
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Cached<T> {
+    at: Timestamp,
+    value: Arc<T>,
+}
+
+/// A machine type and the zones of the region it is listed in.
+type Listed = (MachineShape, BTreeSet<String>);
+
+#[derive(Debug, Default)]
+struct State {
+    classes: HashMap<String, Arc<GCENodeClass>>,
+    resolved: HashMap<String, (Timestamp, Arc<GCENodeClassStatus>)>,
+    machine_types: Option<Cached<Vec<Listed>>>,
+    prices: Option<Arc<HashMap<String, Price>>>,
+    /// Quota metrics used up, until when.
+    quota: HashMap<String, Timestamp>,
+    unavailable: Option<Arc<UnavailableOfferings>>,
+    /// Spot instances already reported preempted.
+    preempted: BTreeSet<String>,
+}
+
+/// The GCP provider.
+pub struct GcpProvider {
+    settings: GcpSettings,
+    instances: Instances,
+    machine_types: MachineTypes,
+    operations: ZoneOperations,
+    images: Images,
+    clock: SharedClock,
+    state: Mutex<State>,
+}
+
+impl fmt::Debug for GcpProvider {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("GcpProvider").field("settings", &self.settings).finish()
+    }
+}
+
+/// `gce://<project>/<zone>/<name>`.
+pub fn provider_id(project: &str, zone: &str, name: &str) -> String {
+    format!("gce://{project}/{zone}/{name}")
+}
+
+/// The (project, zone, name) of `gce://<project>/<zone>/<name>`; `NotFound` for anything else.
+pub fn parse_provider_id(id: &str) -> Result<(&str, &str, &str), CloudError> {
+    let parts: Vec<&str> = id.strip_prefix("gce://").map(|r| r.split('/').collect()).unwrap_or_default();
+    match parts[..] {
+        [p, z, n] if !p.is_empty() && !z.is_empty() && !n.is_empty() => Ok((p, z, n)),
+        _ => Err(CloudError::NotFound(format!("{id:?} is not a GCE provider id (gce://<project>/<zone>/<name>)"))),
+    }
+}
+
+/// The last segment of a resource URL (`…/zones/us-central1-a` → `us-central1-a`).
+fn last_segment(url: &str) -> &str {
+    url.rsplit('/').next().unwrap_or(url)
+}
+
+/// A label value Compute Engine accepts: lower case, digits, `-` and `_`, at most 63 characters.
+pub fn label_value(v: &str) -> String {
+    let mut out: String = v
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c.to_ascii_lowercase() } else { '-' })
+        .collect();
+    out.truncate(63);
+    out
+}
+
+impl GcpProvider {
+    /// A provider whose clients use `credentials`, or Application Default Credentials (workload
+    /// identity, the metadata server, `GOOGLE_APPLICATION_CREDENTIALS`) when `None`.
+    pub async fn new(
+        settings: GcpSettings,
+        credentials: Option<google_cloud_auth::credentials::Credentials>,
+    ) -> Result<Self, CloudError> {
+        macro_rules! client {
+            ($t:ty) => {{
+                let mut b = <$t>::builder();
+                if let Some(e) = &settings.endpoint {
+                    b = b.with_endpoint(e.clone());
+                }
+                if let Some(c) = &credentials {
+                    b = b.with_credentials(c.clone());
+                }
+                b.build().await.map_err(|e| CloudError::message(NAME, format!("the Compute Engine client: {e}")))?
+            }};
+        }
+        Ok(Self {
+            instances: client!(Instances),
+            machine_types: client!(MachineTypes),
+            operations: client!(ZoneOperations),
+            images: client!(Images),
+            settings,
+            clock: Arc::new(SystemClock),
+            state: Mutex::new(State::default()),
+        })
+    }
+
+    /// Uses `clock` for every cache timestamp (a virtual clock in tests).
+    pub fn with_clock(mut self, clock: SharedClock) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// Shares the core's unavailable-offerings cache.
+    pub fn with_unavailable_offerings(self, cache: Arc<UnavailableOfferings>) -> Self {
+        self.state().unavailable = Some(cache);
+        self
+    }
+
+    /// The settings.
+    pub fn settings(&self) -> &GcpSettings {
+        &self.settings
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn now(&self) -> Timestamp {
+        self.clock.now()
+    }
+
+    /// Adds or replaces a `GCENodeClass`; a changed spec is resolved afresh on its next use.
+    pub fn apply_node_class(&self, class: GCENodeClass) -> Result<(), CloudError> {
+        class.validate().map_err(CloudError::NodeClassNotReady)?;
+        let name = class.name().to_owned();
+        let mut st = self.state();
+        if st.classes.get(&name).is_none_or(|old| old.spec != class.spec) {
+            st.resolved.remove(&name);
+        }
+        st.classes.insert(name, Arc::new(class));
+        Ok(())
+    }
+
+    /// Forgets a `GCENodeClass`.
+    pub fn forget_node_class(&self, name: &str) {
+        let mut st = self.state();
+        st.classes.remove(name);
+        st.resolved.remove(name);
+    }
+
+    fn class_name<'a>(&self, r: Option<&'a NodeClassRef>, object: &str) -> Result<&'a str, CloudError> {
+        match r {
+            Some(r) if r.group == nodeclass::GROUP && r.kind == nodeclass::KIND => Ok(&r.name),
+            Some(r) => Err(CloudError::NodeClassNotReady(format!("{object}: nodeClassRef {r} is not a GCENodeClass"))),
+            None => Err(CloudError::NodeClassNotReady(format!("{object}: no nodeClassRef to a GCENodeClass"))),
+        }
+    }
+
+    /// The class `name` and what its image terms resolve to (kept for five minutes).
+    pub async fn resolve_node_class(
+        &self,
+        name: &str,
+    ) -> Result<(Arc<GCENodeClass>, Arc<GCENodeClassStatus>), CloudError> {
+        let class = self
+            .state()
+            .classes
+            .get(name)
+            .cloned()
+            .ok_or_else(|| CloudError::NodeClassNotReady(format!("GCENodeClass/{name} is not known")))?;
+        let now = self.now();
+        if let Some((at, status)) = self.state().resolved.get(name).cloned()
+            && clock::since(now, at) < Duration::from_secs(300)
+        {
+            return Ok((class, status));
+        }
+        let mut images = Vec::new();
+        for (i, term) in class.spec.image_selector_terms.iter().enumerate() {
+            let Some(id) = &term.id else {
+                return Err(CloudError::NodeClassNotReady(format!(
+                    "GCENodeClass/{name}: spec.imageSelectorTerms[{i}]: aliases and families are not resolved yet; \
+                     name the image by id"
+                )));
+            };
+            let (project, image) = match id.split('/').collect::<Vec<_>>()[..] {
+                ["projects", p, "global", "images", n] => (p, n),
+                _ => return Err(CloudError::NodeClassNotReady(format!("GCENodeClass/{name}: {id:?} is not an image"))),
+            };
+            match self.images.get().set_project(project).set_image(image).send().await {
+                Ok(found) => {
+                    let arm = found
+                        .architecture
+                        .as_ref()
+                        .is_some_and(|a| format!("{a:?}").to_ascii_lowercase().contains("arm64"));
+                    images.push(ResolvedImage {
+                        source_image: id.clone(),
+                        requirements: vec![tenon_core::api::NodeSelectorRequirement::new(
+                            labels::ARCH,
+                            tenon_core::api::Operator::In,
+                            [if arm { "arm64" } else { "amd64" }],
+                        )],
+                    });
+                }
+                Err(e) if e.http_status_code() == Some(404) => {}
+                Err(e) => return Err(client_error(&format!("images.get {id}"), &e)),
+            }
+        }
+        if images.is_empty() {
+            return Err(CloudError::NodeClassNotReady(format!(
+                "GCENodeClass/{name}: spec.imageSelectorTerms match no image"
+            )));
+        }
+        let status = Arc::new(GCENodeClassStatus { images, conditions: Vec::new() });
+        self.state().resolved.insert(name.to_owned(), (now, status.clone()));
+        Ok((class, status))
+    }
+
+    /// The region's machine types and their zones (kept for `machine_types_ttl`; a refresh that fails
+    /// keeps the last read).
+    async fn listed_machine_types(&self) -> Result<Arc<Vec<Listed>>, CloudError> {
+        let now = self.now();
+        if let Some(c) = &self.state().machine_types
+            && clock::since(now, c.at) < self.settings.machine_types_ttl
+        {
+            return Ok(c.value.clone());
+        }
+        let prefix = format!("zones/{}-", self.settings.region);
+        let mut by_name: BTreeMap<String, Listed> = BTreeMap::new();
+        let mut pages = self
+            .machine_types
+            .aggregated_list()
+            .set_project(&self.settings.project)
+            .set_filter(format!("zone eq .*{}-.*", self.settings.region))
+            .by_page();
+        while let Some(page) = pages.next().await {
+            let page = match page {
+                Ok(p) => p,
+                Err(e) => {
+                    let e = client_error("machineTypes.aggregatedList", &e);
+                    return match self.state().machine_types.as_ref() {
+                        Some(last) => {
+                            tracing::warn!(error = %e, "keeping the machine types last read");
+                            Ok(last.value.clone())
+                        }
+                        None => Err(e),
+                    };
+                }
+            };
+            for (scope, list) in &page.items {
+                let Some(zone) = scope.strip_prefix("zones/").filter(|_| scope.starts_with(&prefix)) else { continue };
+                for mt in &list.machine_types {
+                    match shape_of(mt) {
+                        Ok(shape) => {
+                            by_name
+                                .entry(shape.name.clone())
+                                .or_insert_with(|| (shape, BTreeSet::new()))
+                                .1
+                                .insert(zone.to_owned());
+                        }
+                        Err(e) => tracing::warn!(error = %e, "dropping a machine type described incompletely"),
+                    }
+                }
+            }
+        }
+        let value = Arc::new(by_name.into_values().collect::<Vec<_>>());
+        self.state().machine_types = Some(Cached { at: now, value: value.clone() });
+        Ok(value)
+    }
+
+    fn prices(&self) -> Result<Arc<HashMap<String, Price>>, CloudError> {
+        if let Some(p) = self.state().prices.clone() {
+            return Ok(p);
+        }
+        let p = Arc::new(
+            pricing::parse_prices(pricing::BUNDLED_PRICES_CSV, &self.settings.region)
+                .map_err(|e| CloudError::message(NAME, e))?,
+        );
+        self.state().prices = Some(p.clone());
+        Ok(p)
+    }
+
+    /// Drops expired quota blocks and returns the metrics blocked now.
+    fn live_quota(&self) -> Vec<String> {
+        let now = self.now();
+        let mut st = self.state();
+        st.quota.retain(|_, until| *until > now);
+        st.quota.keys().cloned().collect()
+    }
+
+    /// Every instance type for a resolved class: machine types its images boot, offered on-demand and
+    /// spot in every zone they are listed in, priced from the table.
+    async fn types_for(
+        &self,
+        class: &GCENodeClass,
+        status: &GCENodeClassStatus,
+    ) -> Result<Vec<InstanceType>, CloudError> {
+        let listed = self.listed_machine_types().await?;
+        let prices = self.prices()?;
+        let kubelet = Kubelet::parse_at(class.spec.kubelet_configuration.as_ref(), "spec.kubeletConfiguration")
+            .map_err(|e| CloudError::NodeClassNotReady(format!("GCENodeClass/{}: {e}", class.name())))?;
+        let node = NodeShape {
+            boot_disk_gib: class.boot_disk_gib(),
+            local_ssd_gib: class.local_ssd_gib(),
+            kubelet,
+            vm_memory_overhead: self.settings.vm_memory_overhead,
+        };
+        let archs: BTreeSet<&str> = status
+            .images
+            .iter()
+            .flat_map(|i| i.requirements.iter().filter(|r| r.key == labels::ARCH).flat_map(|r| r.values.iter()))
+            .map(String::as_str)
+            .collect();
+        let quota = self.live_quota();
+        let mut out = Vec::with_capacity(listed.len());
+        for (shape, zones) in listed.iter() {
+            let arch = if shape.arm64 { "arm64" } else { "amd64" };
+            if !archs.contains(arch) {
+                continue;
+            }
+            let price = prices.get(&shape.name).copied();
+            let gpu = shape.accelerators.first().map(|(m, _)| m.as_str());
+            let mut offerings = Vec::new();
+            for zone in zones {
+                for ct in [CapacityType::Spot, CapacityType::OnDemand] {
+                    let p = match ct {
+                        CapacityType::Spot => price.and_then(|p| p.spot),
+                        _ => price.map(|p| p.on_demand),
+                    };
+                    let blocked = quota.iter().any(|m| quota_limits(m, &shape.name, gpu, ct == CapacityType::Spot));
+                    let mut o = Offering::new(zone.clone(), ct, p.unwrap_or(0.0));
+                    o.available = p.is_some() && !blocked;
+                    offerings.push(o);
+                }
+            }
+            let mut it = catalog::instance_type(shape, &node, offerings);
+            it.labels.insert(labels::REGION.to_owned(), self.settings.region.clone());
+            out.push(it);
+        }
+        Ok(out)
+    }
+
+    fn mark_unavailable(&self, key: &OfferingKey, ttl: Duration) {
+        let cache = self.state().unavailable.clone();
+        if let Some(c) = cache {
+            c.mark(NAME, key, ttl, self.now());
+        }
+    }
+
+    /// The instance `name` in `zone`, if it is this cluster's.
+    async fn owned_instance(&self, zone: &str, name: &str) -> Result<model::Instance, CloudError> {
+        let found = self
+            .instances
+            .get()
+            .set_project(&self.settings.project)
+            .set_zone(zone)
+            .set_instance(name)
+            .send()
+            .await
+            .map_err(|e| client_error(&format!("instances.get {zone}/{name}"), &e))?;
+        if !self.owned(&found) {
+            return Err(CloudError::NotFound(format!(
+                "instance {zone}/{name} (not owned by cluster {})",
+                self.settings.cluster_name
+            )));
+        }
+        Ok(found)
+    }
+
+    fn owned(&self, i: &model::Instance) -> bool {
+        i.labels.get(LABEL_CLUSTER).is_some_and(|c| *c == label_value(&self.settings.cluster_name))
+            && i.labels.contains_key(LABEL_NODE_POOL)
+    }
+
+    /// This cluster's instances in the region.
+    async fn owned_instances(&self) -> Result<Vec<model::Instance>, CloudError> {
+        let mut out = Vec::new();
+        let filter = format!("labels.{LABEL_CLUSTER} = {}", label_value(&self.settings.cluster_name));
+        let mut pages =
+            self.instances.aggregated_list().set_project(&self.settings.project).set_filter(filter).by_page();
+        while let Some(page) = pages.next().await {
+            let page = page.map_err(|e| client_error("instances.aggregatedList", &e))?;
+            let prefix = format!("zones/{}-", self.settings.region);
+            for (scope, list) in &page.items {
+                if scope.starts_with(&prefix) {
+                    out.extend(list.instances.iter().filter(|i| self.owned(i)).cloned());
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// The core's view of an instance.
+    fn to_instance(&self, i: &model::Instance, types: Option<&[InstanceType]>) -> Result<Instance, CloudError> {
+        let name = i.name.clone().ok_or_else(|| CloudError::message(NAME, "an instance has no name"))?;
+        let zone = i
+            .zone
+            .as_deref()
+            .map(last_segment)
+            .ok_or_else(|| CloudError::message(NAME, format!("instance {name}: no zone")))?
+            .to_owned();
+        let machine = i
+            .machine_type
+            .as_deref()
+            .map(last_segment)
+            .ok_or_else(|| CloudError::message(NAME, format!("instance {name}: no machineType")))?
+            .to_owned();
+        let spot = i
+            .scheduling
+            .as_ref()
+            .and_then(|s| s.provisioning_model.as_ref())
+            .is_some_and(|m| *m == model::scheduling::ProvisioningModel::Spot);
+        let capacity_type = if spot { CapacityType::Spot } else { CapacityType::OnDemand };
+        let status = i.status.as_ref().map(|s| format!("{s:?}").to_ascii_uppercase()).unwrap_or_default();
+        let state = if status.contains("RUNNING") {
+            InstanceState::Running
+        } else if status.contains("TERMINATED") {
+            InstanceState::Terminated
+        } else if status.contains("STOPPING") || status.contains("SUSPEND") || status.contains("STOPPED") {
+            InstanceState::Stopping
+        } else {
+            InstanceState::Pending
+        };
+        let it = types.and_then(|t| t.iter().find(|t| t.name == machine));
+        let mut node_labels = it.map(|t| t.labels.clone()).unwrap_or_default();
+        node_labels.insert(labels::INSTANCE_TYPE.to_owned(), machine.clone());
+        node_labels.insert(labels::ZONE.to_owned(), zone.clone());
+        node_labels.insert(labels::CAPACITY_TYPE.to_owned(), capacity_type.as_str().to_owned());
+        node_labels.insert(labels::REGION.to_owned(), self.settings.region.clone());
+        let price =
+            it.and_then(|t| t.offering(&zone, capacity_type)).filter(|o| o.available || o.price > 0.0).map(|o| o.price);
+        let launch_time =
+            i.creation_timestamp.as_deref().and_then(|t| t.parse::<Timestamp>().ok()).unwrap_or_else(|| self.now());
+        Ok(Instance {
+            provider_id: provider_id(&self.settings.project, &zone, &name),
+            instance_type: machine,
+            zone,
+            capacity_type,
+            state,
+            launch_time,
+            capacity: it.map_or(Resources::ZERO, |t| t.capacity.clone()),
+            allocatable: it.map(InstanceType::allocatable).unwrap_or(Resources::ZERO),
+            image_id: None,
+            labels: node_labels,
+            lease: None,
+            node_pool: i.labels.get(LABEL_NODE_POOL).cloned(),
+            node_claim: i.labels.get(LABEL_NODE_CLAIM).cloned(),
+            price,
+        })
+    }
+}
+
+/// A machine type of `machineTypes.aggregatedList`; an error for an entry missing what every entry has.
+pub fn shape_of(mt: &model::MachineType) -> Result<MachineShape, String> {
+    let name = mt.name.clone().ok_or("a machine type has no name")?;
+    let vcpu = mt.guest_cpus.ok_or_else(|| format!("{name}: no guestCpus"))?;
+    let memory = mt.memory_mb.ok_or_else(|| format!("{name}: no memoryMb"))?;
+    Ok(MachineShape {
+        vcpu: i64::from(vcpu),
+        memory_mib: i64::from(memory),
+        arm64: mt.architecture.as_ref().is_some_and(|a| format!("{a:?}").to_ascii_lowercase().contains("arm64")),
+        shared_cpu: mt.is_shared_cpu.unwrap_or(false),
+        accelerators: mt
+            .accelerators
+            .iter()
+            .filter_map(|a| Some((a.guest_accelerator_type.clone()?, i64::from(a.guest_accelerator_count?))))
+            .filter(|(_, n)| *n > 0)
+            .collect(),
+        local_ssd_partitions: mt
+            .bundled_local_ssds
+            .as_ref()
+            .and_then(|b| b.partition_count)
+            .map(i64::from)
+            .unwrap_or(0),
+        name,
+    })
+}
+
+#[async_trait]
+impl CloudProvider for GcpProvider {
+    fn name(&self) -> &str {
+        NAME
+    }
+
+    fn descriptor(&self) -> ProviderDescriptor {
+        ProviderDescriptor {
+            node_classes: vec![NodeClassKind::new(nodeclass::GROUP, nodeclass::KIND)],
+            well_known_labels: catalog::WELL_KNOWN_LABELS.iter().map(|s| (*s).to_owned()).collect(),
+        }
+    }
+
+    async fn instance_types(&self, pool: &NodePool) -> Result<Vec<InstanceType>, CloudError> {
+        let name =
+            self.class_name(pool.spec.template.spec.node_class_ref.as_ref(), &format!("NodePool/{}", pool.name()))?;
+        let (class, status) = self.resolve_node_class(name).await?;
+        self.types_for(&class, &status).await
+    }
+
+    async fn create(&self, claim: &NodeClaim, options: &LaunchOptions) -> Result<Instance, CloudError> {
+        self.launch(claim, options).await
+    }
+
+    async fn delete(&self, claim: &NodeClaim) -> Result<(), CloudError> {
+        let Some(pid) = claim.provider_id() else {
+            return Err(CloudError::NotFound(format!("NodeClaim/{} has no provider id", claim.name())));
+        };
+        let (_, zone, name) = parse_provider_id(pid)?;
+        let i = self.owned_instance(zone, name).await?;
+        let status = i.status.as_ref().map(|s| format!("{s:?}").to_ascii_uppercase()).unwrap_or_default();
+        if status.contains("TERMINATED") {
+            return Err(CloudError::NotFound(pid.to_owned()));
+        }
+        if status.contains("STOPPING") {
+            return Ok(());
+        }
+        self.instances
+            .delete()
+            .set_project(&self.settings.project)
+            .set_zone(zone)
+            .set_instance(name)
+            .send()
+            .await
+            .map_err(|e| client_error(&format!("instances.delete {zone}/{name}"), &e))?;
+        Ok(())
+    }
+
+    async fn get(&self, provider_id: &str) -> Result<Instance, CloudError> {
+        let (_, zone, name) = parse_provider_id(provider_id)?;
+        let i = self.owned_instance(zone, name).await?;
+        let class = i.labels.get(LABEL_NODE_CLASS).cloned();
+        let types = self.types_of_class(class.as_deref()).await;
+        self.to_instance(&i, types.as_deref())
+    }
+
+    async fn list(&self) -> Result<Vec<Instance>, CloudError> {
+        let found = self.owned_instances().await?;
+        let mut by_class: HashMap<Option<String>, Option<Vec<InstanceType>>> = HashMap::new();
+        let mut out = Vec::with_capacity(found.len());
+        for i in &found {
+            let class = i.labels.get(LABEL_NODE_CLASS).cloned();
+            if !by_class.contains_key(&class) {
+                let types = self.types_of_class(class.as_deref()).await;
+                by_class.insert(class.clone(), types);
+            }
+            out.push(self.to_instance(i, by_class[&class].as_deref())?);
+        }
+        Ok(out)
+    }
+
+    async fn is_drifted(&self, claim: &NodeClaim) -> Result<Option<DriftReason>, CloudError> {
+        let Some(pid) = claim.provider_id() else { return Ok(None) };
+        let name = self.class_name(claim.spec.node_class_ref.as_ref(), &format!("NodeClaim/{}", claim.name()))?;
+        let (class, status) = self.resolve_node_class(name).await?;
+        let (_, zone, instance) = parse_provider_id(pid)?;
+        let i = self.owned_instance(zone, instance).await?;
+        if i.labels.get(LABEL_HASH).is_some_and(|h| *h != label_value(&class.static_hash())) {
+            return Ok(Some(DriftReason("NodeClassDrift".into())));
+        }
+        if let Some(image) = claim.status.as_ref().and_then(|s| s.image_id.as_deref())
+            && !status.images.iter().any(|i| i.source_image == image)
+        {
+            return Ok(Some(DriftReason("ImageDrift".into())));
+        }
+        Ok(None)
+    }
+
+    fn repair_policies(&self) -> Vec<RepairPolicy> {
+        default_repair_policies()
+    }
+
+    /// A hard reset (`instances.reset`), the repair by reboot.
+    async fn reboot(&self, claim: &NodeClaim) -> Result<(), CloudError> {
+        let Some(pid) = claim.provider_id() else {
+            return Err(CloudError::NotFound(format!("NodeClaim/{} has no provider id", claim.name())));
+        };
+        let (_, zone, name) = parse_provider_id(pid)?;
+        self.owned_instance(zone, name).await?;
+        self.instances
+            .reset()
+            .set_project(&self.settings.project)
+            .set_zone(zone)
+            .set_instance(name)
+            .send()
+            .await
+            .map_err(|e| client_error(&format!("instances.reset {zone}/{name}"), &e))?;
+        Ok(())
+    }
+
+    /// Spot instances Compute Engine has preempted (stopping or terminated without tenon deleting them),
+    /// each reported once, read from the instances' status.
+    async fn interruptions(&self) -> Result<Vec<Interruption>, CloudError> {
+        let found = self.owned_instances().await?;
+        let mut out = Vec::new();
+        let mut st = self.state();
+        for i in &found {
+            let spot = i
+                .scheduling
+                .as_ref()
+                .and_then(|s| s.provisioning_model.as_ref())
+                .is_some_and(|m| *m == model::scheduling::ProvisioningModel::Spot);
+            let status = i.status.as_ref().map(|s| format!("{s:?}").to_ascii_uppercase()).unwrap_or_default();
+            let (Some(name), Some(zone)) = (i.name.as_deref(), i.zone.as_deref().map(last_segment)) else { continue };
+            if spot && (status.contains("STOPPING") || status.contains("TERMINATED")) {
+                let pid = provider_id(&self.settings.project, zone, name);
+                if st.preempted.insert(pid.clone()) {
+                    out.push(Interruption { provider_id: pid, kind: InterruptionKind::SpotInterruption });
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
+impl GcpProvider {
+    /// The instance types of class `name`, when it is known and resolves.
+    async fn types_of_class(&self, name: Option<&str>) -> Option<Vec<InstanceType>> {
+        let (class, status) = self.resolve_node_class(name?).await.ok()?;
+        self.types_for(&class, &status).await.ok()
+    }
+
+    /// One launch: the cheapest compatible offerings tried in turn (at most `max_attempts`).
+    async fn launch(&self, claim: &NodeClaim, options: &LaunchOptions) -> Result<Instance, CloudError> {
+        let class_name = self.class_name(claim.spec.node_class_ref.as_ref(), &format!("NodeClaim/{}", claim.name()))?;
+        let (class, status) = self.resolve_node_class(class_name).await?;
+        let name = format!("karpenter-{}", claim.name());
+        // Idempotent per claim: an instance of that name is the claim's.
+        if let Some(existing) = self.owned_instances().await?.into_iter().find(|i| i.name.as_deref() == Some(&name)) {
+            let types = self.types_for(&class, &status).await?;
+            return self.to_instance(&existing, Some(&types));
+        }
+        let types = self.types_for(&class, &status).await?;
+        let requests = Resources::from_resource_list(&claim.spec.resources.requests).map_err(|e| {
+            CloudError::Create { reason: "InvalidRequests".into(), message: format!("NodeClaim/{}: {e}", claim.name()) }
+        })?;
+        let mut candidates: Vec<(&InstanceType, &Offering)> = types
+            .iter()
+            .filter(|it| requests.fits(&it.allocatable()))
+            .flat_map(|it| it.offerings.iter().map(move |o| (it, o)))
+            .filter(|(it, o)| {
+                o.available
+                    && !options.is_unavailable(&o.key(&it.name))
+                    && it.offering_meets(o, &claim.spec.requirements)
+            })
+            .collect();
+        let capacity_type = if candidates.iter().any(|(_, o)| o.capacity_type == CapacityType::Spot) {
+            CapacityType::Spot
+        } else {
+            CapacityType::OnDemand
+        };
+        candidates.retain(|(_, o)| o.capacity_type == capacity_type);
+        candidates.sort_by(|a, b| {
+            a.1.price.total_cmp(&b.1.price).then(a.0.name.cmp(&b.0.name)).then(a.1.zone.cmp(&b.1.zone))
+        });
+        if candidates.is_empty() {
+            return Err(CloudError::InsufficientCapacity {
+                offerings: Vec::new(),
+                message: format!("NodeClaim/{}: no compatible available offering", claim.name()),
+            });
+        }
+        let mut failed = Vec::new();
+        for (it, o) in candidates.into_iter().take(self.settings.max_attempts.max(1)) {
+            let image = status
+                .images
+                .iter()
+                .find(|i| {
+                    i.requirements.iter().all(|r| {
+                        r.key != labels::ARCH || it.labels.get(labels::ARCH).is_some_and(|a| r.values.contains(a))
+                    })
+                })
+                .ok_or_else(|| {
+                    CloudError::NodeClassNotReady(format!("GCENodeClass/{}: no image boots {}", class.name(), it.name))
+                })?;
+            let body = self.instance_body(&name, claim, &class, it, o, &image.source_image);
+            match self.insert(&o.zone, body).await? {
+                None => {
+                    let mut instance = Instance {
+                        provider_id: provider_id(&self.settings.project, &o.zone, &name),
+                        instance_type: it.name.clone(),
+                        zone: o.zone.clone(),
+                        capacity_type,
+                        state: InstanceState::Pending,
+                        launch_time: self.now(),
+                        capacity: it.capacity.clone(),
+                        allocatable: it.allocatable(),
+                        image_id: Some(image.source_image.clone()),
+                        labels: it.labels.clone(),
+                        lease: None,
+                        node_pool: claim.node_pool().map(str::to_owned),
+                        node_claim: Some(claim.name().to_owned()),
+                        price: Some(o.price),
+                    };
+                    instance.labels.insert(labels::INSTANCE_TYPE.to_owned(), it.name.clone());
+                    instance.labels.insert(labels::ZONE.to_owned(), o.zone.clone());
+                    instance.labels.insert(labels::CAPACITY_TYPE.to_owned(), capacity_type.as_str().to_owned());
+                    tracing::info!(claim = claim.name(), instance = %name, machine_type = %it.name, zone = %o.zone, capacity_type = %capacity_type, "launched");
+                    return Ok(instance);
+                }
+                Some(faults) => {
+                    let key = o.key(&it.name);
+                    let mut other = None;
+                    for (fault, code, message) in faults {
+                        match fault {
+                            InsertFault::Capacity => self.mark_unavailable(&key, self.settings.unavailable_ttl),
+                            InsertFault::IpSpace => self.mark_unavailable(&key, self.settings.ip_space_ttl),
+                            InsertFault::Quota(metric) => {
+                                let until = clock::add(self.now(), self.settings.quota_ttl);
+                                self.state().quota.insert(metric, until);
+                            }
+                            InsertFault::Request => other = Some((code, message)),
+                        }
+                    }
+                    if let Some((reason, message)) = other {
+                        return Err(CloudError::Create {
+                            reason,
+                            message: format!("NodeClaim/{}: instances.insert: {message}", claim.name()),
+                        });
+                    }
+                    failed.push(key);
+                }
+            }
+        }
+        Err(CloudError::InsufficientCapacity {
+            message: format!(
+                "NodeClaim/{}: no capacity in {}",
+                claim.name(),
+                failed.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")
+            ),
+            offerings: failed,
+        })
+    }
+
+    /// The `instances.insert` body of a claim's instance.
+    fn instance_body(
+        &self,
+        name: &str,
+        claim: &NodeClaim,
+        class: &GCENodeClass,
+        it: &InstanceType,
+        o: &Offering,
+        image: &str,
+    ) -> model::Instance {
+        let s = &class.spec;
+        let spot = o.capacity_type == CapacityType::Spot;
+        let mut labels: BTreeMap<String, String> = s.labels.iter().map(|(k, v)| (k.clone(), label_value(v))).collect();
+        labels.insert(LABEL_CLUSTER.into(), label_value(&self.settings.cluster_name));
+        labels.insert(LABEL_LOCATION.into(), label_value(&self.settings.cluster_location));
+        labels.insert(LABEL_NODE_POOL.into(), label_value(claim.node_pool().unwrap_or_default()));
+        labels.insert(LABEL_NODE_CLAIM.into(), label_value(claim.name()));
+        labels.insert(LABEL_NODE_CLASS.into(), label_value(class.name()));
+        labels.insert(LABEL_HASH.into(), label_value(&class.static_hash()));
+        let boot_disk = s.disks.iter().find(|d| d.boot == Some(true));
+        let mut disks = vec![
+            model::AttachedDisk::new().set_boot(true).set_auto_delete(true).set_initialize_params(
+                model::AttachedDiskInitializeParams::new()
+                    .set_source_image(image)
+                    .set_disk_size_gb(class.boot_disk_gib())
+                    .set_disk_type(format!(
+                        "zones/{}/diskTypes/{}",
+                        o.zone,
+                        boot_disk.and_then(|d| d.category.as_deref()).unwrap_or("pd-balanced")
+                    )),
+            ),
+        ];
+        for d in s.disks.iter().filter(|d| d.boot != Some(true)) {
+            let category = d.category.as_deref().unwrap_or("pd-balanced");
+            let mut disk = model::AttachedDisk::new().set_auto_delete(true).set_initialize_params(
+                model::AttachedDiskInitializeParams::new()
+                    .set_disk_size_gb(d.size_gib.unwrap_or(if category == "local-ssd" { 375 } else { 100 }))
+                    .set_disk_type(format!("zones/{}/diskTypes/{category}", o.zone)),
+            );
+            if category == "local-ssd" {
+                disk = disk
+                    .set_type(model::attached_disk::Type::Scratch)
+                    .set_interface(model::attached_disk::Interface::Nvme);
+            }
+            disks.push(disk);
+        }
+        let network = s.network_config.as_ref();
+        let mut nic = model::NetworkInterface::new();
+        if let Some(n) = network.and_then(|n| n.network.clone()).or_else(|| self.settings.network.clone()) {
+            nic = nic.set_network(n);
+        }
+        if let Some(sn) = network.and_then(|n| n.subnetwork.clone()).or_else(|| self.settings.subnetwork.clone()) {
+            nic = nic.set_subnetwork(sn);
+        }
+        if !network.and_then(|n| n.enable_private_nodes).unwrap_or(true) {
+            nic = nic.set_access_configs([model::AccessConfig::new().set_name("External NAT")]);
+        }
+        let mut nics = vec![nic];
+        for extra in network.map(|n| n.additional_network_interfaces.as_slice()).unwrap_or_default() {
+            let mut nic = model::NetworkInterface::new().set_subnetwork(extra.subnetwork.clone());
+            if let Some(n) = &extra.network {
+                nic = nic.set_network(n.clone());
+            }
+            nics.push(nic);
+        }
+        let mut scheduling = model::Scheduling::new();
+        if spot {
+            scheduling = scheduling
+                .set_provisioning_model(model::scheduling::ProvisioningModel::Spot)
+                .set_instance_termination_action(model::scheduling::InstanceTerminationAction::Delete)
+                .set_preemptible(true)
+                .set_automatic_restart(false)
+                .set_on_host_maintenance(model::scheduling::OnHostMaintenance::Terminate);
+        } else if it.labels.contains_key(catalog::LABEL_GPU_COUNT) {
+            // GPUs cannot live-migrate.
+            scheduling = scheduling.set_on_host_maintenance(model::scheduling::OnHostMaintenance::Terminate);
+        }
+        let scopes: Vec<String> =
+            if s.scopes.is_empty() { vec![nodeclass::DEFAULT_SCOPE.to_owned()] } else { s.scopes.clone() };
+        let mut account = model::ServiceAccount::new().set_scopes(scopes);
+        if let Some(email) = s.service_account.clone().or_else(|| self.settings.service_account.clone()) {
+            account = account.set_email(email);
+        }
+        let metadata = model::Metadata::new().set_items(
+            s.metadata.iter().map(|(k, v)| model::metadata::Items::new().set_key(k.clone()).set_value(v.clone())),
+        );
+        let mut body = model::Instance::new()
+            .set_name(name)
+            .set_machine_type(format!("zones/{}/machineTypes/{}", o.zone, it.name))
+            .set_disks(disks)
+            .set_network_interfaces(nics)
+            .set_scheduling(scheduling)
+            .set_service_accounts([account])
+            .set_labels(labels)
+            .set_metadata(metadata);
+        if !s.network_tags.is_empty() {
+            body = body.set_tags(model::Tags::new().set_items(s.network_tags.clone()));
+        }
+        if let Some(sh) = &s.shielded_instance_config {
+            let mut c = model::ShieldedInstanceConfig::new();
+            if let Some(v) = sh.enable_secure_boot {
+                c = c.set_enable_secure_boot(v);
+            }
+            if let Some(v) = sh.enable_vtpm {
+                c = c.set_enable_vtpm(v);
+            }
+            if let Some(v) = sh.enable_integrity_monitoring {
+                c = c.set_enable_integrity_monitoring(v);
+            }
+            body = body.set_shielded_instance_config(c);
+        }
+        if !s.resource_manager_tags.is_empty() {
+            body = body
+                .set_params(model::InstanceParams::new().set_resource_manager_tags(s.resource_manager_tags.clone()));
+        }
+        body
+    }
+
+    /// Inserts `body` in `zone` and waits for its operation: `Ok(None)` once done, `Ok(Some(errors))` when
+    /// Compute Engine refused it (each error classified), `Err` when the call itself failed or the
+    /// operation did not end within `operation_timeout`.
+    async fn insert(
+        &self,
+        zone: &str,
+        body: model::Instance,
+    ) -> Result<Option<Vec<(InsertFault, String, String)>>, CloudError> {
+        let name = body.name.clone().unwrap_or_default();
+        let op = match self
+            .instances
+            .insert()
+            .set_project(&self.settings.project)
+            .set_zone(zone)
+            .set_body(body)
+            .send()
+            .await
+        {
+            Ok(op) => op,
+            Err(e) => {
+                // A synchronous refusal can carry the same codes as an operation's.
+                if let Some(payload) =
+                    e.http_payload().and_then(|p| serde_json::from_slice::<serde_json::Value>(p).ok())
+                {
+                    let errors = payload["error"]["errors"].as_array().cloned().unwrap_or_default();
+                    let faults: Vec<_> = errors
+                        .iter()
+                        .filter_map(|x| {
+                            let code = x["reason"].as_str().or(x["code"].as_str())?.to_owned();
+                            let message = x["message"].as_str().unwrap_or_default().to_owned();
+                            Some((insert_fault(&code, &message), code, message))
+                        })
+                        .collect();
+                    if faults.iter().any(|(f, _, _)| *f != InsertFault::Request) {
+                        return Ok(Some(faults));
+                    }
+                }
+                return Err(client_error(&format!("instances.insert {zone}/{name}"), &e));
+            }
+        };
+        let op_name =
+            op.name.clone().ok_or_else(|| CloudError::message(NAME, "instances.insert: the operation has no name"))?;
+        // Bounded by polls rather than by the clock, which may be virtual.
+        let polls =
+            (self.settings.operation_timeout.as_millis() / self.settings.operation_poll.as_millis().max(1)).max(1);
+        let mut polled = 0;
+        let mut current = op;
+        loop {
+            let done = current.status.as_ref().is_some_and(|s| format!("{s:?}").to_ascii_uppercase().contains("DONE"));
+            if done {
+                let errors = current.error.as_ref().map(|e| e.errors.clone()).unwrap_or_default();
+                if errors.is_empty() {
+                    return Ok(None);
+                }
+                return Ok(Some(
+                    errors
+                        .iter()
+                        .map(|x| {
+                            let code = x.code.clone().unwrap_or_default();
+                            let message = x.message.clone().unwrap_or_default();
+                            (insert_fault(&code, &message), code, message)
+                        })
+                        .collect(),
+                ));
+            }
+            polled += 1;
+            if polled > polls {
+                return Err(CloudError::message(
+                    NAME,
+                    format!("instances.insert {zone}/{name}: operation {op_name} did not finish in time"),
+                ));
+            }
+            tokio::time::sleep(self.settings.operation_poll).await;
+            current = self
+                .operations
+                .get()
+                .set_project(&self.settings.project)
+                .set_zone(zone)
+                .set_operation(&op_name)
+                .send()
+                .await
+                .map_err(|e| client_error(&format!("zoneOperations.get {op_name}"), &e))?;
+        }
+    }
+}

@@ -1,0 +1,268 @@
+//! The GCP provider against a local fake of Compute Engine's REST API (`gce/fake.rs`), whose every request
+//! and answer is checked against Google's discovery document (see that module for how). No GCE emulator
+//! exists; the fake serves what a test puts in its world: machine types (as `machineTypes.aggregatedList`
+//! describes a3-highgpu-8g, g2-standard-24, n2-standard-8 and e2-standard-4), an image, and faults.
+#![cfg(feature = "gcp")]
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+#[path = "gce/fake.rs"]
+mod fake;
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use serde_json::json;
+use tenon_core::api::{
+    NodeClaim, NodeClaimSpec, NodeClaimStatus, NodeClassRef, NodePool, NodePoolSpec, NodeSelectorRequirement, Operator,
+    labels,
+};
+use tenon_core::cloud::conformance::{self, Harness};
+use tenon_core::cloud::{
+    CapacityType, CloudError, CloudProvider, DynCloudProvider, LaunchOptions, OfferingKey, UnavailableOfferings,
+};
+use tenon_core::resources::ResourceName;
+use tenon_providers::gcp::{GCENodeClass, GcpProvider, GcpSettings, LABEL_CLUSTER, LABEL_NODE_POOL};
+
+const PROJECT: &str = "test-project";
+const REGION: &str = "us-central1";
+const ZONES: [&str; 3] = ["us-central1-a", "us-central1-b", "us-central1-c"];
+const IMAGE: &str = "projects/test-project/global/images/cos-test";
+
+/// A machine type as Compute Engine lists it (published shapes).
+fn machine_type(name: &str, zone: &str, vcpu: i64, memory_mb: i64, gpus: Option<(&str, i64)>) -> serde_json::Value {
+    let mut m = json!({
+        "kind": "compute#machineType", "id": "1", "name": name, "guestCpus": vcpu, "memoryMb": memory_mb,
+        "zone": zone, "isSharedCpu": false, "maximumPersistentDisks": 128, "architecture": "X86_64",
+        "selfLink": format!("https://www.googleapis.com/compute/v1/projects/{PROJECT}/zones/{zone}/machineTypes/{name}"),
+    });
+    if let Some((model, count)) = gpus {
+        m["accelerators"] = json!([{"guestAcceleratorType": model, "guestAcceleratorCount": count}]);
+    }
+    m
+}
+
+struct Env {
+    world: fake::Shared,
+    provider: Arc<GcpProvider>,
+    cluster: String,
+    cache: Arc<UnavailableOfferings>,
+}
+
+impl Env {
+    async fn new(cluster: &str) -> Self {
+        let (endpoint, world) = fake::start().await;
+        {
+            let mut w = world.lock().unwrap();
+            for zone in ZONES {
+                let mut types = vec![
+                    machine_type("n2-standard-8", zone, 8, 32_768, None),
+                    machine_type("e2-standard-4", zone, 4, 16_384, None),
+                    machine_type("g2-standard-24", zone, 24, 98_304, Some(("nvidia-l4", 2))),
+                ];
+                if zone != "us-central1-c" {
+                    types.push(machine_type("a3-highgpu-8g", zone, 208, 1_916_928, Some(("nvidia-h100-80gb", 8))));
+                }
+                w.machine_types.insert(zone.to_owned(), types);
+            }
+            // Another region's zone is never offered.
+            w.machine_types.insert(
+                "europe-west4-a".into(),
+                vec![machine_type("n2-standard-8", "europe-west4-a", 8, 32_768, None)],
+            );
+            w.images.insert(
+                format!("{PROJECT}/cos-test"),
+                json!({"kind": "compute#image", "id": "7", "name": "cos-test", "architecture": "X86_64", "status": "READY",
+                    "selfLink": format!("https://www.googleapis.com/compute/v1/{IMAGE}")}),
+            );
+        }
+        let mut s = GcpSettings::new(PROJECT, REGION, cluster);
+        s.endpoint = Some(endpoint);
+        s.operation_poll = std::time::Duration::from_millis(5);
+        s.operation_timeout = std::time::Duration::from_secs(5);
+        let anonymous = google_cloud_auth::credentials::anonymous::Builder::new().build();
+        let cache = Arc::new(UnavailableOfferings::new());
+        let provider = GcpProvider::new(s, Some(anonymous)).await.unwrap().with_unavailable_offerings(cache.clone());
+        provider.apply_node_class(class(json!({}))).unwrap();
+        Self { world, provider: Arc::new(provider), cluster: cluster.to_owned(), cache }
+    }
+
+    fn pool(&self) -> NodePool {
+        let mut pool = NodePool::new("default", NodePoolSpec::default());
+        pool.spec.template.spec.node_class_ref = Some(class_ref());
+        pool
+    }
+
+    fn claim(&self, name: &str, reqs: Vec<NodeSelectorRequirement>) -> NodeClaim {
+        let mut c = NodeClaim::new(
+            name,
+            NodeClaimSpec { requirements: reqs, node_class_ref: Some(class_ref()), ..Default::default() },
+        );
+        c.metadata.labels = Some([(labels::NODE_POOL.to_owned(), "default".to_owned())].into());
+        c
+    }
+
+    fn fail(&self, machine: &str, zone: &str, fault: fake::Fault) {
+        self.world.lock().unwrap().faults.push((machine.into(), zone.into(), fault));
+    }
+}
+
+fn class(extra: serde_json::Value) -> GCENodeClass {
+    let mut spec = json!({"imageSelectorTerms": [{"id": IMAGE}], "networkTags": ["gke-test-node"],
+        "disks": [{"category": "pd-balanced", "sizeGiB": 100, "boot": true}]});
+    for (k, v) in extra.as_object().unwrap() {
+        spec[k] = v.clone();
+    }
+    serde_json::from_value(json!({"apiVersion": "karpenter.k8s.gcp/v1alpha1", "kind": "GCENodeClass",
+        "metadata": {"name": "default"}, "spec": spec}))
+    .unwrap()
+}
+
+fn class_ref() -> NodeClassRef {
+    NodeClassRef { group: "karpenter.k8s.gcp".into(), kind: "GCENodeClass".into(), name: "default".into() }
+}
+
+fn req(key: &str, values: &[&str]) -> NodeSelectorRequirement {
+    NodeSelectorRequirement::new(key, Operator::In, values.iter().copied())
+}
+
+fn with_provider_id(mut claim: NodeClaim, pid: &str) -> NodeClaim {
+    claim.status = Some(NodeClaimStatus { provider_id: Some(pid.to_owned()), ..Default::default() });
+    claim
+}
+
+struct FakeHarness {
+    env: Env,
+}
+
+#[async_trait]
+impl Harness for FakeHarness {
+    fn provider(&self) -> DynCloudProvider {
+        self.env.provider.clone()
+    }
+    fn node_class_ref(&self) -> Option<NodeClassRef> {
+        Some(class_ref())
+    }
+    fn max_polls(&self) -> usize {
+        10
+    }
+    async fn make_insufficient(&self, offering: &OfferingKey) -> bool {
+        self.env.fail(
+            &offering.instance_type,
+            &offering.zone,
+            fake::Fault::Operation("ZONE_RESOURCE_POOL_EXHAUSTED".into(), "injected".into()),
+        );
+        true
+    }
+    async fn create_foreign_instance(&self) -> Option<String> {
+        let mut w = self.env.world.lock().unwrap();
+        let zone = ZONES[0];
+        w.instances.insert(
+            (zone.into(), "someone-elses".into()),
+            json!({"kind": "compute#instance", "id": "99", "name": "someone-elses", "status": "RUNNING",
+                "zone": format!("zones/{zone}"), "machineType": format!("zones/{zone}/machineTypes/n2-standard-8"),
+                "labels": {LABEL_CLUSTER: "another-cluster", LABEL_NODE_POOL: "default"}}),
+        );
+        Some(format!("gce://{PROJECT}/{zone}/someone-elses"))
+    }
+}
+
+/// The core's conformance suite.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_provider_passes_the_conformance_suite() {
+    let h = FakeHarness { env: Env::new("conformance").await };
+    conformance::assert_conformance(&h).await;
+}
+
+/// GPUs are counted from the machine types' accelerators (a3-highgpu-8g has 8 H100s, g2-standard-24 two
+/// L4s); zones are where each type is listed; prices come from the bundled table.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn machine_types_become_instance_types_with_their_gpus_zones_and_prices() {
+    let env = Env::new("gpus").await;
+    let types = env.provider.instance_types(&env.pool()).await.unwrap();
+    let get = |n: &str| types.iter().find(|t| t.name == n).unwrap_or_else(|| panic!("{n} missing"));
+    assert_eq!(get("a3-highgpu-8g").capacity.get(ResourceName::NVIDIA_GPU), 8);
+    assert_eq!(get("g2-standard-24").capacity.get(ResourceName::NVIDIA_GPU), 2);
+    assert_eq!(get("g2-standard-24").labels["cloud.google.com/gke-accelerator"], "nvidia-l4");
+    let a3_zones: std::collections::BTreeSet<&str> =
+        get("a3-highgpu-8g").offerings.iter().map(|o| o.zone.as_str()).collect();
+    assert_eq!(a3_zones, ["us-central1-a", "us-central1-b"].into());
+    let g2 = get("g2-standard-24");
+    assert_eq!(g2.offering("us-central1-a", CapacityType::OnDemand).unwrap().price, 2.000832574);
+    assert!(g2.offering("us-central1-a", CapacityType::Spot).unwrap().available);
+    assert!(types.iter().all(|t| t.offerings.iter().all(|o| o.zone.starts_with("us-central1-"))));
+}
+
+/// A spot launch asks Compute Engine for SPOT with instanceTerminationAction DELETE, carries the ownership
+/// labels and is named after the claim; list, get and delete see it; drift follows the class.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spot_launch_carries_spot_scheduling_and_ownership_labels() {
+    let env = Env::new("spot").await;
+    let claim = env.claim("spot-1", vec![req(labels::INSTANCE_TYPE, &["n2-standard-8"])]);
+    let i = env.provider.create(&claim, &LaunchOptions::default()).await.unwrap();
+    assert_eq!(i.capacity_type, CapacityType::Spot);
+    let body = env.world.lock().unwrap().inserted.last().cloned().unwrap();
+    assert_eq!(body["name"], "karpenter-spot-1");
+    assert_eq!(body["scheduling"]["provisioningModel"], "SPOT");
+    assert_eq!(body["scheduling"]["instanceTerminationAction"], "DELETE");
+    assert_eq!(body["labels"][LABEL_CLUSTER], env.cluster);
+    assert_eq!(body["labels"]["karpenter-sh-nodeclaim"], "spot-1");
+    assert_eq!(body["tags"]["items"][0], "gke-test-node");
+    assert_eq!(body["disks"][0]["initializeParams"]["sourceImage"], IMAGE);
+    let claim = with_provider_id(claim, &i.provider_id);
+    assert_eq!(env.provider.list().await.unwrap().len(), 1);
+    assert_eq!(env.provider.get(&i.provider_id).await.unwrap().instance_type, "n2-standard-8");
+    assert_eq!(env.provider.is_drifted(&claim).await.unwrap(), None);
+    env.provider.apply_node_class(class(json!({"networkTags": ["other"]}))).unwrap();
+    assert_eq!(env.provider.is_drifted(&claim).await.unwrap().unwrap().0, "NodeClassDrift");
+    env.provider.delete(&claim).await.unwrap();
+    assert!(env.provider.get(&i.provider_id).await.unwrap_err().is_not_found());
+}
+
+/// Each error code: a zone without capacity marks the offering unavailable and the next cheapest is
+/// tried; a used-up GPU quota blocks every offering of that GPU; 403 is Unauthorized, 429 Throttled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn insert_errors_are_classified() {
+    let env = Env::new("errors").await;
+    let od = |t: &str| vec![req(labels::INSTANCE_TYPE, &[t]), req(labels::CAPACITY_TYPE, &["on-demand"])];
+    env.fail(
+        "n2-standard-8",
+        "us-central1-a",
+        fake::Fault::Operation("ZONE_RESOURCE_POOL_EXHAUSTED".into(), "no n2 here".into()),
+    );
+    let i = env.provider.create(&env.claim("ice-1", od("n2-standard-8")), &LaunchOptions::default()).await.unwrap();
+    assert_ne!(i.zone, "us-central1-a", "the next zone");
+    let key = OfferingKey::new("n2-standard-8", "us-central1-a", CapacityType::OnDemand);
+    assert!(env.cache.is_unavailable("gcp", &key, jiff::Timestamp::now()));
+
+    let quota = "Quota 'NVIDIA_L4_GPUS' exceeded.  Limit: 0.0 in region us-central1.";
+    env.fail("g2-standard-24", "*", fake::Fault::Operation("QUOTA_EXCEEDED".into(), quota.into()));
+    let err =
+        env.provider.create(&env.claim("quota-1", od("g2-standard-24")), &LaunchOptions::default()).await.unwrap_err();
+    assert!(matches!(err, CloudError::InsufficientCapacity { .. }), "{err}");
+    let types = env.provider.instance_types(&env.pool()).await.unwrap();
+    let g2 = types.iter().find(|t| t.name == "g2-standard-24").unwrap();
+    assert!(g2.offerings.iter().all(|o| !o.available), "the L4 quota blocks every g2 offering");
+    assert!(types.iter().find(|t| t.name == "e2-standard-4").unwrap().offerings.iter().any(|o| o.available));
+
+    env.fail("e2-standard-4", "*", fake::Fault::Http(403));
+    let err =
+        env.provider.create(&env.claim("denied", od("e2-standard-4")), &LaunchOptions::default()).await.unwrap_err();
+    assert!(matches!(err, CloudError::Unauthorized(_)), "{err}");
+    env.world.lock().unwrap().faults.retain(|(t, _, _)| t != "e2-standard-4");
+    env.fail("e2-standard-4", "*", fake::Fault::Http(429));
+    let err =
+        env.provider.create(&env.claim("slow", od("e2-standard-4")), &LaunchOptions::default()).await.unwrap_err();
+    assert!(matches!(err, CloudError::Throttled { .. }), "{err}");
+}
+
+/// The fake holds itself to the discovery document: a body field Compute Engine does not have is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_fake_refuses_what_compute_engine_would() {
+    assert!(fake::check("Instance", &json!({"name": "x", "scheduling": {"provisioningModel": "SPOT"}})).is_ok());
+    let e = fake::check("Instance", &json!({"name": "x", "schedulingg": {}})).unwrap_err();
+    assert!(e.contains("schedulingg"), "{e}");
+    assert!(fake::check("Instance", &json!({"scheduling": {"provisioningModel": "CHEAP"}})).is_err());
+    assert!(
+        fake::check("Operation", &json!({"error": {"errors": [{"code": "ZONE_RESOURCE_POOL_EXHAUSTED"}]}})).is_ok()
+    );
+}
