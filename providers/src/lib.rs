@@ -3,9 +3,8 @@
 //! tenon's cloud providers, each behind a cargo feature so a binary carries only the SDKs it needs:
 //!
 //! - `aws`: EC2 through `aws-sdk-ec2` (`EC2NodeClass`, group `karpenter.k8s.aws`);
-//! - `gcp`: Compute Engine (`GCENodeClass`, group `karpenter.k8s.gcp`): so far the NodeClass, the
-//!   machine-type catalog with GKE's allocatable and the bundled prices; no Compute Engine client yet, so
-//!   no provider is registered;
+//! - `gcp`: Compute Engine through `google-cloud-compute-v1` (`GCENodeClass`, group `karpenter.k8s.gcp`),
+//!   in progress: without the GKE node bootstrap yet, the stock binary does not register it (docs/gcp.md);
 //! - `azure`: Azure Virtual Machines, a placeholder: enabling it builds and adds nothing yet.
 //!
 //! Each provider implements [`tenon_core::cloud::CloudProvider`] and passes the core's conformance suite

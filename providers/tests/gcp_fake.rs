@@ -266,3 +266,43 @@ async fn the_fake_refuses_what_compute_engine_would() {
         fake::check("Operation", &json!({"error": {"errors": [{"code": "ZONE_RESOURCE_POOL_EXHAUSTED"}]}})).is_ok()
     );
 }
+
+/// The core's controllers in virtual time against the fake: pending GPU pods get a g2 node (two L4s per
+/// machine, priced from the table), spot first; when Compute Engine preempts it, the claim is replaced
+/// elsewhere and the pods run again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pending_gpu_pods_get_instances_and_a_preempted_one_is_replaced_in_virtual_time() {
+    use std::time::Duration;
+    use tenon_core::clock::VirtualClock;
+    use tenon_core::sim::{Sim, pod};
+    let env = Env::new("sim").await;
+    let clock = VirtualClock::at_epoch();
+    let mut s = env.provider.settings().clone();
+    s.cluster_name = "sim-virtual".into();
+    let anonymous = google_cloud_auth::credentials::anonymous::Builder::new().build();
+    let provider = Arc::new(GcpProvider::new(s, Some(anonymous)).await.unwrap().with_clock(clock.clone()));
+    provider.apply_node_class(class(json!({}))).unwrap();
+    let mut sim = Sim::new(clock, provider.clone(), vec![env.pool()], Default::default());
+    for i in 0..2 {
+        sim.add_pod(pod(&format!("infer-{i}"), "4", 1));
+    }
+    sim.run(Duration::from_secs(180), Duration::from_secs(10)).await;
+    assert!(sim.pending().is_empty(), "the pods are bound: {:?}", sim.pending());
+    let first = sim.live_claims()[0].clone();
+    assert_eq!(sim.live_claims().len(), 1, "both pods on one two-GPU machine");
+    assert_eq!(first.label(labels::INSTANCE_TYPE), Some("g2-standard-24"));
+    assert_eq!(first.label(labels::CAPACITY_TYPE), Some("spot"));
+    let pid = first.provider_id().unwrap().to_owned();
+
+    // Compute Engine preempts the spot instance.
+    let (_, zone, name) = tenon_providers::gcp::parse_provider_id(&pid).unwrap();
+    env.world.lock().unwrap().instances.get_mut(&(zone.to_owned(), name.to_owned())).unwrap()["status"] =
+        json!("TERMINATED");
+    sim.run(Duration::from_secs(300), Duration::from_secs(10)).await;
+    assert_eq!(sim.runtime.lifecycle.counters.interruptions, 1);
+    let live = sim.live_claims();
+    assert_eq!(live.len(), 1, "one replacement");
+    assert_ne!(live[0].provider_id(), Some(pid.as_str()));
+    assert!(sim.pending().is_empty(), "the pods run again: {:?}", sim.pending());
+    assert_eq!(provider.list().await.unwrap().iter().filter(|i| i.provider_id != pid).count(), 1);
+}
