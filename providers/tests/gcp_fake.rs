@@ -69,6 +69,7 @@ impl Env {
                 "europe-west4-a".into(),
                 vec![machine_type("n2-standard-8", "europe-west4-a", 8, 32_768, None)],
             );
+            w.templates.insert(REGION.into(), vec![gke_template(cluster, "default-pool")]);
             w.images.insert(
                 format!("{PROJECT}/cos-test"),
                 json!({"kind": "compute#image", "id": "7", "name": "cos-test", "architecture": "X86_64", "status": "READY",
@@ -104,6 +105,35 @@ impl Env {
     fn fail(&self, machine: &str, zone: &str, fault: fake::Fault) {
         self.world.lock().unwrap().faults.push((machine.into(), zone.into(), fault));
     }
+}
+
+/// A GKE node pool's regional instance template, as GKE writes one (trimmed to what nodes boot from).
+fn gke_template(cluster: &str, pool: &str) -> serde_json::Value {
+    let kube_env = format!(
+        "CLUSTER_NAME: {cluster}\nZONE: us-central1-a\nKUBERNETES_MASTER_NAME: 10.0.0.2\nKUBELET_ARGS: \"--v=2 --cloud-provider=external --max-pods=110 --node-labels=cloud.google.com/gke-nodepool={pool}\"\n"
+    );
+    json!({
+        "kind": "compute#instanceTemplate", "id": "11", "name": format!("gke-{cluster}-{pool}-abc123"),
+        "region": format!("https://www.googleapis.com/compute/v1/projects/{PROJECT}/regions/{REGION}"),
+        "properties": {
+            "machineType": "e2-medium",
+            "labels": {"goog-k8s-node-pool-name": pool, "goog-k8s-cluster-name": cluster},
+            "tags": {"items": [format!("gke-{cluster}-1a2b3c4d-node")]},
+            "networkInterfaces": [{"network": format!("projects/{PROJECT}/global/networks/default"),
+                "subnetwork": format!("projects/{PROJECT}/regions/{REGION}/subnetworks/default"),
+                "aliasIpRanges": [{"ipCidrRange": "/24", "subnetworkRangeName": "gke-pods-1a2b"}]}],
+            "serviceAccounts": [{"email": "nodes@test-project.iam.gserviceaccount.com",
+                "scopes": ["https://www.googleapis.com/auth/cloud-platform"]}],
+            "metadata": {"items": [
+                {"key": "kube-env", "value": kube_env},
+                {"key": "cluster-name", "value": cluster},
+                {"key": "cluster-location", "value": REGION},
+                {"key": "configure-sh", "value": "#!/bin/bash\necho configure"},
+                {"key": "kubeconfig", "value": "apiVersion: v1\nkind: Config"},
+                {"key": "user-data", "value": "#cloud-config"},
+            ]}
+        }
+    })
 }
 
 fn class(extra: serde_json::Value) -> GCENodeClass {
@@ -206,7 +236,7 @@ async fn a_spot_launch_carries_spot_scheduling_and_ownership_labels() {
     assert_eq!(body["scheduling"]["instanceTerminationAction"], "DELETE");
     assert_eq!(body["labels"][LABEL_CLUSTER], env.cluster);
     assert_eq!(body["labels"]["karpenter-sh-nodeclaim"], "spot-1");
-    assert_eq!(body["tags"]["items"][0], "gke-test-node");
+    assert!(body["tags"]["items"].as_array().unwrap().contains(&json!("gke-test-node")));
     assert_eq!(body["disks"][0]["initializeParams"]["sourceImage"], IMAGE);
     let claim = with_provider_id(claim, &i.provider_id);
     assert_eq!(env.provider.list().await.unwrap().len(), 1);
@@ -277,8 +307,7 @@ async fn pending_gpu_pods_get_instances_and_a_preempted_one_is_replaced_in_virtu
     use tenon_core::sim::{Sim, pod};
     let env = Env::new("sim").await;
     let clock = VirtualClock::at_epoch();
-    let mut s = env.provider.settings().clone();
-    s.cluster_name = "sim-virtual".into();
+    let s = env.provider.settings().clone();
     let anonymous = google_cloud_auth::credentials::anonymous::Builder::new().build();
     let provider = Arc::new(GcpProvider::new(s, Some(anonymous)).await.unwrap().with_clock(clock.clone()));
     provider.apply_node_class(class(json!({}))).unwrap();
@@ -305,4 +334,58 @@ async fn pending_gpu_pods_get_instances_and_a_preempted_one_is_replaced_in_virtu
     assert_ne!(live[0].provider_id(), Some(pid.as_str()));
     assert!(sim.pending().is_empty(), "the pods run again: {:?}", sim.pending());
     assert_eq!(provider.list().await.unwrap().iter().filter(|i| i.provider_id != pid).count(), 1);
+}
+
+/// Nodes join GKE with the bootstrap of one of its node pools: the instance takes the template's
+/// bootstrap metadata, with `kube-env` rewritten for the claim (its zone, labels, taints, pods), and the
+/// template's network, pods' range, firewall tags and service account; a cluster without a node pool
+/// template is not ready, naming it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nodes_join_gke_with_a_node_pools_bootstrap_rewritten_for_the_claim() {
+    let env = Env::new("gke").await;
+    let mut claim = env.claim("join-1", vec![req(labels::INSTANCE_TYPE, &["e2-standard-4"]), req("team", &["ml"])]);
+    claim.spec.taints = vec![k8s_openapi::api::core::v1::Taint {
+        key: "dedicated".into(),
+        value: Some("ml".into()),
+        effect: "NoSchedule".into(),
+        time_added: None,
+    }];
+    let i = env.provider.create(&claim, &LaunchOptions::default()).await.unwrap();
+    let body = env.world.lock().unwrap().inserted.last().cloned().unwrap();
+    let md: std::collections::BTreeMap<String, String> = body["metadata"]["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| (i["key"].as_str().unwrap().to_owned(), i["value"].as_str().unwrap().to_owned()))
+        .collect();
+    assert_eq!(md["cluster-name"], "gke");
+    assert_eq!(md["configure-sh"], "#!/bin/bash\necho configure");
+    assert!(md.contains_key("kubeconfig"));
+    let env_lines: std::collections::BTreeMap<String, String> =
+        tenon_providers::gcp::bootstrap::parse_kube_env(&md["kube-env"]).into_iter().collect();
+    assert_eq!(env_lines["ZONE"], i.zone);
+    let args = &env_lines["KUBELET_ARGS"];
+    assert!(args.contains("--cloud-provider=external") && args.contains("--max-pods=110"), "{args}");
+    assert!(args.contains("karpenter.sh/nodepool=default") && args.contains("team=ml"), "{args}");
+    assert!(args.contains("karpenter.sh/capacity-type=spot"), "{args}");
+    assert!(
+        args.contains("--register-with-taints=dedicated=ml:NoSchedule,karpenter.sh/unregistered=true:NoExecute"),
+        "{args}"
+    );
+    let nic = &body["networkInterfaces"][0];
+    assert_eq!(nic["subnetwork"], format!("projects/{PROJECT}/regions/{REGION}/subnetworks/default"));
+    assert_eq!(nic["aliasIpRanges"][0]["subnetworkRangeName"], "gke-pods-1a2b");
+    assert_eq!(nic["aliasIpRanges"][0]["ipCidrRange"], "/24", "110 pods");
+    let tags: Vec<&str> = body["tags"]["items"].as_array().unwrap().iter().map(|t| t.as_str().unwrap()).collect();
+    assert_eq!(tags, ["gke-gke-1a2b3c4d-node", "gke-test-node"], "GKE's firewall tag, then the class's");
+    assert_eq!(body["serviceAccounts"][0]["email"], "nodes@test-project.iam.gserviceaccount.com");
+
+    env.world.lock().unwrap().templates.clear();
+    let mut s = env.provider.settings().clone();
+    s.cluster_name = "no-pools".into();
+    let anonymous = google_cloud_auth::credentials::anonymous::Builder::new().build();
+    let bare = GcpProvider::new(s, Some(anonymous)).await.unwrap();
+    bare.apply_node_class(class(json!({}))).unwrap();
+    let err = bare.create(&env.claim("join-2", vec![]), &LaunchOptions::default()).await.unwrap_err();
+    assert!(matches!(err, CloudError::NodeClassNotReady(ref m) if m.contains("GKE cluster no-pools")), "{err}");
 }

@@ -8,9 +8,12 @@
 //! - [`GcpProvider`]: launches (`instances.insert`, its zone operation polled), list, get, delete, drift
 //!   and spot preemption, with every error code classified in [`errors`].
 //!
-//! Not yet: GKE node bootstrap (`kube-env`), image aliases and families, attachable GPUs (N1 with
-//! `guestAccelerators`), and registration in the stock binary.
+//! - [`bootstrap`]: the GKE node bootstrap, copied from a node pool's instance template.
+//!
+//! Not yet: image aliases and families, attachable GPUs (N1 with `guestAccelerators`), and registration in
+//! the stock binary.
 
+pub mod bootstrap;
 pub mod catalog;
 pub mod errors;
 pub mod nodeclass;

@@ -20,7 +20,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use google_cloud_compute_v1::client::{Images, Instances, MachineTypes, ZoneOperations};
+use google_cloud_compute_v1::client::{Images, Instances, MachineTypes, RegionInstanceTemplates, ZoneOperations};
 use google_cloud_compute_v1::model;
 use google_cloud_gax::paginator::Paginator;
 use jiff::Timestamp;
@@ -33,6 +33,7 @@ use tenon_core::cloud::{
 };
 use tenon_core::resources::Resources;
 
+use super::bootstrap::{self, NodeFacts, NodePoolTemplate};
 use super::catalog::{self, MachineShape, NodeShape};
 use super::errors::{InsertFault, client_error, insert_fault, quota_limits};
 use super::nodeclass::{self, GCENodeClass, GCENodeClassStatus, ResolvedImage};
@@ -89,6 +90,12 @@ pub struct GcpSettings {
     pub max_attempts: usize,
     /// The share of memory the hypervisor keeps.
     pub vm_memory_overhead: f64,
+    /// Nodes join GKE with the bootstrap of one of its node pools ([`super::bootstrap`]); off, instances get
+    /// the class's metadata only (Kubernetes of one's own on Compute Engine).
+    pub gke_bootstrap: bool,
+    /// The node pool whose instance template the bootstrap comes from; unset, `default-pool` if the
+    /// cluster has it, else its first pool by template name.
+    pub node_pool_template: Option<String>,
 }
 
 impl GcpSettings {
@@ -112,6 +119,8 @@ impl GcpSettings {
             operation_timeout: Duration::from_secs(120),
             max_attempts: 3,
             vm_memory_overhead: 0.0,
+            gke_bootstrap: true,
+            node_pool_template: None,
         }
     }
 }
@@ -136,6 +145,8 @@ struct State {
     unavailable: Option<Arc<UnavailableOfferings>>,
     /// Spot instances already reported preempted.
     preempted: BTreeSet<String>,
+    /// The node pool template the bootstrap comes from.
+    template: Option<Cached<NodePoolTemplate>>,
 }
 
 /// The GCP provider.
@@ -145,6 +156,7 @@ pub struct GcpProvider {
     machine_types: MachineTypes,
     operations: ZoneOperations,
     images: Images,
+    templates: RegionInstanceTemplates,
     clock: SharedClock,
     state: Mutex<State>,
 }
@@ -208,6 +220,7 @@ impl GcpProvider {
             machine_types: client!(MachineTypes),
             operations: client!(ZoneOperations),
             images: client!(Images),
+            templates: client!(RegionInstanceTemplates),
             settings,
             clock: Arc::new(SystemClock),
             state: Mutex::new(State::default()),
@@ -373,6 +386,49 @@ impl GcpProvider {
         }
         let value = Arc::new(by_name.into_values().collect::<Vec<_>>());
         self.state().machine_types = Some(Cached { at: now, value: value.clone() });
+        Ok(value)
+    }
+
+    /// The node pool template nodes join the cluster with (kept for twelve minutes, as GKE rolls them on
+    /// upgrades); `NodeClassNotReady` naming the cluster when it has none.
+    async fn node_pool_template(&self) -> Result<Arc<NodePoolTemplate>, CloudError> {
+        let now = self.now();
+        if let Some(c) = &self.state().template
+            && clock::since(now, c.at) < Duration::from_secs(12 * 60)
+        {
+            return Ok(c.value.clone());
+        }
+        let mut found: Vec<(Option<String>, NodePoolTemplate)> = Vec::new();
+        let mut pages =
+            self.templates.list().set_project(&self.settings.project).set_region(&self.settings.region).by_page();
+        while let Some(page) = pages.next().await {
+            let page = page.map_err(|e| client_error("regionInstanceTemplates.list", &e))?;
+            for t in &page.items {
+                if let Some(tpl) = NodePoolTemplate::of(t, &self.settings.cluster_name) {
+                    let pool = t.properties.as_ref().and_then(|p| p.labels.get("goog-k8s-node-pool-name").cloned());
+                    found.push((pool, tpl));
+                }
+            }
+        }
+        found.sort_by(|a, b| a.1.name.cmp(&b.1.name));
+        let wanted = self.settings.node_pool_template.as_deref();
+        let pick = match wanted {
+            Some(pool) => found.into_iter().find(|(p, _)| p.as_deref() == Some(pool)),
+            None => {
+                let default = found.iter().position(|(p, _)| p.as_deref() == Some("default-pool")).unwrap_or(0);
+                found.into_iter().nth(default)
+            }
+        };
+        let Some((_, tpl)) = pick else {
+            return Err(CloudError::NodeClassNotReady(format!(
+                "no instance template of a node pool{} of GKE cluster {} in {} to take the node bootstrap from",
+                wanted.map(|p| format!(" named {p}")).unwrap_or_default(),
+                self.settings.cluster_name,
+                self.settings.region
+            )));
+        };
+        let value = Arc::new(tpl);
+        self.state().template = Some(Cached { at: now, value: value.clone() });
         Ok(value)
     }
 
@@ -556,6 +612,20 @@ impl GcpProvider {
             price,
         })
     }
+}
+
+/// The labels a claim's node registers with: the claim's, its single-valued requirements on labels the
+/// kubelet may set, and the capacity type.
+fn node_labels(claim: &NodeClaim, capacity_type: CapacityType) -> BTreeMap<String, String> {
+    let mut out: BTreeMap<String, String> = claim.metadata.labels.clone().unwrap_or_default();
+    for r in &claim.spec.requirements {
+        let single = r.operator == tenon_core::api::Operator::In && r.values.len() == 1;
+        if single && !labels::is_well_known(&r.key) && !labels::RESTRICTED_LABELS.contains(&r.key.as_str()) {
+            out.entry(r.key.clone()).or_insert_with(|| r.values[0].clone());
+        }
+    }
+    out.insert(labels::CAPACITY_TYPE.to_owned(), capacity_type.as_str().to_owned());
+    out
 }
 
 /// A machine type of `machineTypes.aggregatedList`; an error for an entry missing what every entry has.
@@ -765,6 +835,7 @@ impl GcpProvider {
                 message: format!("NodeClaim/{}: no compatible available offering", claim.name()),
             });
         }
+        let template = if self.settings.gke_bootstrap { Some(self.node_pool_template().await?) } else { None };
         let mut failed = Vec::new();
         for (it, o) in candidates.into_iter().take(self.settings.max_attempts.max(1)) {
             let image = status
@@ -778,7 +849,7 @@ impl GcpProvider {
                 .ok_or_else(|| {
                     CloudError::NodeClassNotReady(format!("GCENodeClass/{}: no image boots {}", class.name(), it.name))
                 })?;
-            let body = self.instance_body(&name, claim, &class, it, o, &image.source_image);
+            let body = self.instance_body(&name, claim, &class, it, o, &image.source_image, template.as_deref());
             match self.insert(&o.zone, body).await? {
                 None => {
                     let mut instance = Instance {
@@ -837,7 +908,8 @@ impl GcpProvider {
         })
     }
 
-    /// The `instances.insert` body of a claim's instance.
+    /// The `instances.insert` body of a claim's instance, joining the cluster with `template`'s bootstrap.
+    #[allow(clippy::too_many_arguments)]
     fn instance_body(
         &self,
         name: &str,
@@ -846,6 +918,7 @@ impl GcpProvider {
         it: &InstanceType,
         o: &Offering,
         image: &str,
+        template: Option<&NodePoolTemplate>,
     ) -> model::Instance {
         let s = &class.spec;
         let spot = o.capacity_type == CapacityType::Spot;
@@ -885,11 +958,28 @@ impl GcpProvider {
         }
         let network = s.network_config.as_ref();
         let mut nic = model::NetworkInterface::new();
-        if let Some(n) = network.and_then(|n| n.network.clone()).or_else(|| self.settings.network.clone()) {
+        let net = network.and_then(|n| n.network.clone()).or_else(|| self.settings.network.clone());
+        if let Some(n) = net.or_else(|| template.and_then(|t| t.network.clone())) {
             nic = nic.set_network(n);
         }
-        if let Some(sn) = network.and_then(|n| n.subnetwork.clone()).or_else(|| self.settings.subnetwork.clone()) {
+        let subnet = network.and_then(|n| n.subnetwork.clone()).or_else(|| self.settings.subnetwork.clone());
+        if let Some(sn) = subnet.or_else(|| template.and_then(|t| t.subnetwork.clone())) {
             nic = nic.set_subnetwork(sn);
+        }
+        // Pod addresses: an alias range sized for the node's pods, from the pods' secondary range.
+        let pods = it.capacity.get(tenon_core::resources::ResourceName::PODS);
+        if let Some(range) = s.subnet_range_name.clone().or_else(|| template.and_then(|t| t.pod_range.clone())) {
+            let prefix = match pods {
+                ..=8 => 28,
+                9..=16 => 27,
+                17..=32 => 26,
+                33..=64 => 25,
+                65..=128 => 24,
+                _ => 23,
+            };
+            nic = nic.set_alias_ip_ranges([model::AliasIpRange::new()
+                .set_ip_cidr_range(format!("/{prefix}"))
+                .set_subnetwork_range_name(range)]);
         }
         if !network.and_then(|n| n.enable_private_nodes).unwrap_or(true) {
             nic = nic.set_access_configs([model::AccessConfig::new().set_name("External NAT")]);
@@ -914,15 +1004,34 @@ impl GcpProvider {
             // GPUs cannot live-migrate.
             scheduling = scheduling.set_on_host_maintenance(model::scheduling::OnHostMaintenance::Terminate);
         }
-        let scopes: Vec<String> =
-            if s.scopes.is_empty() { vec![nodeclass::DEFAULT_SCOPE.to_owned()] } else { s.scopes.clone() };
+        let scopes: Vec<String> = match (s.scopes.is_empty(), template) {
+            (false, _) => s.scopes.clone(),
+            (true, Some(t)) if !t.scopes.is_empty() => t.scopes.clone(),
+            _ => vec![nodeclass::DEFAULT_SCOPE.to_owned()],
+        };
         let mut account = model::ServiceAccount::new().set_scopes(scopes);
-        if let Some(email) = s.service_account.clone().or_else(|| self.settings.service_account.clone()) {
+        let email = s.service_account.clone().or_else(|| self.settings.service_account.clone());
+        if let Some(email) = email.or_else(|| template.and_then(|t| t.service_account.clone())) {
             account = account.set_email(email);
         }
-        let metadata = model::Metadata::new().set_items(
-            s.metadata.iter().map(|(k, v)| model::metadata::Items::new().set_key(k.clone()).set_value(v.clone())),
-        );
+        let items: BTreeMap<String, String> = match template {
+            Some(t) => {
+                let node_labels = node_labels(claim, o.capacity_type);
+                let taints: Vec<k8s_openapi::api::core::v1::Taint> =
+                    claim.spec.taints.iter().chain(&claim.spec.startup_taints).cloned().collect();
+                let facts = NodeFacts { zone: &o.zone, labels: &node_labels, taints: &taints, max_pods: pods };
+                bootstrap::node_metadata(t, &facts, &s.metadata)
+            }
+            None => s.metadata.clone(),
+        };
+        let metadata = model::Metadata::new()
+            .set_items(items.into_iter().map(|(k, v)| model::metadata::Items::new().set_key(k).set_value(v)));
+        let mut tags: Vec<String> = template.map(|t| t.tags.clone()).unwrap_or_default();
+        for t in &s.network_tags {
+            if !tags.contains(t) {
+                tags.push(t.clone());
+            }
+        }
         let mut body = model::Instance::new()
             .set_name(name)
             .set_machine_type(format!("zones/{}/machineTypes/{}", o.zone, it.name))
@@ -932,8 +1041,8 @@ impl GcpProvider {
             .set_service_accounts([account])
             .set_labels(labels)
             .set_metadata(metadata);
-        if !s.network_tags.is_empty() {
-            body = body.set_tags(model::Tags::new().set_items(s.network_tags.clone()));
+        if !tags.is_empty() {
+            body = body.set_tags(model::Tags::new().set_items(tags));
         }
         if let Some(sh) = &s.shielded_instance_config {
             let mut c = model::ShieldedInstanceConfig::new();

@@ -9,8 +9,8 @@
 //! beyond those a schema lists). A request the real API would refuse is a 400 naming the field, and an
 //! answer that does not fit fails the test: the fake cannot drift from the API unnoticed.
 //!
-//! What it serves: `machineTypes.aggregatedList`, `images.get`, `instances.{insert,get,aggregatedList,
-//! delete,reset}` and `zoneOperations.get`, whose operations progress over polls (running, then done)
+//! What it serves: `machineTypes.aggregatedList`, `images.get`, `regionInstanceTemplates.list`,
+//! `instances.{insert,get,aggregatedList,delete,reset}` and `zoneOperations.get`, whose operations progress over polls (running, then done)
 //! and can end in any error code a test asks for.
 
 use std::collections::{BTreeMap, HashMap};
@@ -171,6 +171,8 @@ pub(crate) struct World {
     pub faults: Vec<(String, String, Fault)>,
     /// Every insert body, in order.
     pub inserted: Vec<Value>,
+    /// region → instance templates.
+    pub templates: BTreeMap<String, Vec<Value>>,
     seq: u64,
 }
 
@@ -364,6 +366,10 @@ fn serve(
                 StatusCode::OK,
                 json!({"kind": "compute#instanceAggregatedList", "id": "projects/test/aggregated/instances", "items": items}),
             )
+        }
+        "compute.regionInstanceTemplates.list" => {
+            let items = w.templates.get(&var("region")).cloned().unwrap_or_default();
+            (StatusCode::OK, json!({"kind": "compute#instanceTemplateList", "id": "templates", "items": items}))
         }
         "compute.instances.delete" | "compute.instances.reset" => {
             let key = (var("zone"), var("instance"));
