@@ -58,11 +58,13 @@ pub const BUILTINS: &[Builtin] = &[
     Builtin { name: "self-managed", group: "tenon.dev", kind: "SelfManagedNodeClass" },
     #[cfg(feature = "aws")]
     Builtin { name: "aws", group: "karpenter.k8s.aws", kind: "EC2NodeClass" },
+    #[cfg(feature = "gcp")]
+    Builtin { name: "gcp", group: "karpenter.k8s.gcp", kind: "GCENodeClass" },
 ];
 
 /// The built-in providers that need a cloud account: registered only when the `providers` setting
 /// names them.
-const CLOUD: &[&str] = &["aws"];
+const CLOUD: &[&str] = &["aws", "gcp"];
 
 /// The CRDs of the built-in providers' NodeClass kinds.
 pub fn crds() -> Vec<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> {
@@ -70,6 +72,8 @@ pub fn crds() -> Vec<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensi
     let mut crds = vec![KwokNodeClass::crd(), SelfManagedNodeClass::crd()];
     #[cfg(feature = "aws")]
     crds.push(tenon_providers::aws::EC2NodeClass::crd());
+    #[cfg(feature = "gcp")]
+    crds.push(tenon_providers::gcp::GCENodeClass::crd());
     crds
 }
 
@@ -158,6 +162,10 @@ pub async fn register(
     if wanted(settings, "aws") {
         feeds.push(aws(registry, client, settings, unavailable, leading.clone()).await?);
     }
+    #[cfg(feature = "gcp")]
+    if wanted(settings, "gcp") {
+        feeds.push(gcp(registry, settings, unavailable).await?);
+    }
     let _ = (unavailable, leading);
     Ok(feeds)
 }
@@ -217,6 +225,44 @@ async fn aws(
                 });
             }
             *known = now;
+        });
+    }))
+}
+
+/// The GCP provider, registered, and the watch feeding it its `GCENodeClass` objects. Its project and
+/// location come from `PROJECT_ID` and `CLUSTER_LOCATION` (a zone names its region), credentials from
+/// Application Default Credentials (workload identity on GKE).
+#[cfg(feature = "gcp")]
+async fn gcp(
+    registry: &mut ProviderRegistry,
+    settings: &Settings,
+    unavailable: &Arc<UnavailableOfferings>,
+) -> Result<Feed> {
+    use tenon_providers::gcp::{GCENodeClass, GcpProvider, GcpSettings};
+    let project = settings.project_id.clone().context("the gcp provider needs project-id (PROJECT_ID)")?;
+    let location =
+        settings.cluster_location.clone().context("the gcp provider needs cluster-location (CLUSTER_LOCATION)")?;
+    let mut gcp = GcpSettings::new(project, tenon_providers::gcp::region_of(&location), settings.cluster_name.clone());
+    gcp.cluster_location = location;
+    gcp.service_account = settings.default_nodepool_service_account.clone();
+    gcp.node_pool_template = settings.default_nodepool_template_name.clone();
+    let provider = Arc::new(
+        GcpProvider::new(gcp, None)
+            .await
+            .context("the gcp provider's Compute Engine client")?
+            .with_unavailable_offerings(unavailable.clone()),
+    );
+    tracing::info!(project = %provider.settings().project, region = %provider.settings().region, "the gcp provider");
+    registry.register_arc(provider.clone()).context("registering the gcp provider")?;
+    Ok(Box::new(move |cluster: &mut KubeCluster| {
+        cluster.feed_node_classes::<GCENodeClass>(move |classes| {
+            for class in classes {
+                let name = class.name_any();
+                if let Err(e) = provider.apply_node_class(GCENodeClass::clone(&class)) {
+                    tracing::warn!(object = %format!("GCENodeClass/{name}"), error = %e, "not launched from until it is fixed");
+                    provider.forget_node_class(&name);
+                }
+            }
         });
     }))
 }

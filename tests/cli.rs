@@ -38,6 +38,9 @@ fn crds_prints_the_karpenter_kinds_and_the_node_classes_built_in() {
     if cfg!(feature = "aws") {
         expected.push("ec2nodeclasses.karpenter.k8s.aws");
     }
+    if cfg!(feature = "gcp") {
+        expected.push("gcenodeclasses.karpenter.k8s.gcp");
+    }
     assert_eq!(names, expected);
 }
 

@@ -52,3 +52,19 @@ fn the_api_server_refuses_an_invalid_nodepool_naming_the_field() {
         assert!(get.stdout.is_empty(), "nothing was stored");
     }
 }
+
+/// A GCENodeClass manifest written for the community GCP provider applies unchanged and reads back as
+/// the same spec (`x-kubernetes-preserve-unknown-fields` keeps its kubelet configuration whole).
+#[cfg(feature = "gcp")]
+#[test]
+fn a_community_gcenodeclass_applies_unchanged() {
+    install_crds();
+    let manifest = "apiVersion: karpenter.k8s.gcp/v1alpha1\nkind: GCENodeClass\nmetadata:\n  name: gke-default\nspec:\n  serviceAccount: nodes@prod.iam.gserviceaccount.com\n  imageSelectorTerms:\n    - alias: ContainerOptimizedOS@latest\n  networkTags: [gke-prod-node]\n  disks:\n    - {category: pd-balanced, sizeGiB: 100, boot: true}\n  kubeletConfiguration:\n    maxPods: 64\n    kubeReserved: {cpu: 200m}\n";
+    ok(&run(&["apply", "--server-side", "-f", "-"], manifest), "applying the GCENodeClass");
+    let got = run(&["get", "gcenodeclass", "gke-default", "-o", "json"], "");
+    ok(&got, "reading it back");
+    let stored: tenon_providers::gcp::GCENodeClass = serde_json::from_slice(&got.stdout).expect("a GCENodeClass");
+    let sent: tenon_providers::gcp::GCENodeClass = serde_yaml_ng::from_str(manifest).expect("the manifest");
+    assert_eq!(stored.spec, sent.spec);
+    stored.validate().expect("valid");
+}

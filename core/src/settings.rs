@@ -318,6 +318,34 @@ pub const SETTINGS: &[SettingSpec] = &[
         "The cluster has no route to the AWS Pricing API: the aws provider prices on-demand from its bundled table only.",
     ),
     s(
+        "project-id",
+        "PROJECT_ID",
+        "",
+        Kind::Text,
+        "The GCP project the gcp provider launches Compute Engine instances in.",
+    ),
+    s(
+        "cluster-location",
+        "CLUSTER_LOCATION",
+        "",
+        Kind::Text,
+        "The GKE cluster's location (a region, or a zone of it), for the gcp provider: its region is where instances launch.",
+    ),
+    s(
+        "default-nodepool-service-account",
+        "DEFAULT_NODEPOOL_SERVICE_ACCOUNT",
+        "",
+        Kind::Text,
+        "The service account the gcp provider's instances run as when their GCENodeClass names none; empty: the node pool template's.",
+    ),
+    s(
+        "default-nodepool-template-name",
+        "DEFAULT_NODEPOOL_TEMPLATE_NAME",
+        "",
+        Kind::Text,
+        "The GKE node pool whose instance template the gcp provider's nodes take their bootstrap from; empty: default-pool, else the first.",
+    ),
+    s(
         "kwok-catalog",
         "KWOK_CATALOG",
         "",
@@ -542,6 +570,14 @@ pub struct Settings {
     pub cluster_service_cidr: Option<String>,
     /// `isolated-vpc`: no route to the AWS Pricing API; on-demand prices are the bundled table's.
     pub isolated_vpc: bool,
+    /// `project-id`: the gcp provider's project (`None`: unset).
+    pub project_id: Option<String>,
+    /// `cluster-location`: the GKE cluster's region or zone.
+    pub cluster_location: Option<String>,
+    /// `default-nodepool-service-account`: the gcp provider's default service account.
+    pub default_nodepool_service_account: Option<String>,
+    /// `default-nodepool-template-name`: the node pool the gcp provider's bootstrap comes from.
+    pub default_nodepool_template_name: Option<String>,
     /// The simulated-node provider's InstanceCatalog file (`None`: its built-in catalog).
     pub kwok_catalog: Option<String>,
     /// How long a simulated node takes to appear.
@@ -770,6 +806,12 @@ impl Settings {
             cluster_ca_bundle: Some(get("cluster-ca-bundle").1.trim().to_owned()).filter(|q| !q.is_empty()),
             cluster_service_cidr: Some(get("cluster-service-cidr").1.trim().to_owned()).filter(|q| !q.is_empty()),
             isolated_vpc: boolean("isolated-vpc")?,
+            project_id: Some(get("project-id").1.trim().to_owned()).filter(|q| !q.is_empty()),
+            cluster_location: Some(get("cluster-location").1.trim().to_owned()).filter(|q| !q.is_empty()),
+            default_nodepool_service_account: Some(get("default-nodepool-service-account").1.trim().to_owned())
+                .filter(|q| !q.is_empty()),
+            default_nodepool_template_name: Some(get("default-nodepool-template-name").1.trim().to_owned())
+                .filter(|q| !q.is_empty()),
             kwok_catalog: Some(get("kwok-catalog").1.trim().to_owned()).filter(|c| !c.is_empty()),
             kwok_registration_delay: duration("kwok-registration-delay")?,
         })

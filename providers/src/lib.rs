@@ -4,7 +4,7 @@
 //!
 //! - `aws`: EC2 through `aws-sdk-ec2` (`EC2NodeClass`, group `karpenter.k8s.aws`);
 //! - `gcp`: Compute Engine through `google-cloud-compute-v1` (`GCENodeClass`, group `karpenter.k8s.gcp`),
-//!   in progress: not yet registered in the stock binary (docs/gcp.md);
+//!   in progress (docs/gcp.md);
 //! - `azure`: Azure Virtual Machines, a placeholder: enabling it builds and adds nothing yet.
 //!
 //! Each provider implements [`tenon_core::cloud::CloudProvider`] and passes the core's conformance suite

@@ -138,6 +138,10 @@ clusterEndpoint: CLUSTER_ENDPOINT
 clusterCaBundle: CLUSTER_CA_BUNDLE
 clusterServiceCidr: CLUSTER_SERVICE_CIDR
 isolatedVpc: ISOLATED_VPC
+projectId: PROJECT_ID
+clusterLocation: CLUSTER_LOCATION
+defaultNodepoolServiceAccount: DEFAULT_NODEPOOL_SERVICE_ACCOUNT
+defaultNodepoolTemplateName: DEFAULT_NODEPOOL_TEMPLATE_NAME
 kwokCatalog: KWOK_CATALOG
 kwokRegistrationDelay: KWOK_REGISTRATION_DELAY
 {{- end }}

@@ -10,8 +10,8 @@
 //!
 //! - [`bootstrap`]: the GKE node bootstrap, copied from a node pool's instance template.
 //!
-//! Not yet: image aliases and families, attachable GPUs (N1 with `guestAccelerators`), and registration in
-//! the stock binary.
+//! Not yet: image aliases and families, attachable GPUs (N1 with `guestAccelerators`), and the class's
+//! status.
 
 pub mod bootstrap;
 pub mod catalog;
@@ -23,5 +23,5 @@ mod provider;
 pub use nodeclass::{GCENodeClass, GCENodeClassSpec, GCENodeClassStatus};
 pub use provider::{
     GcpProvider, GcpSettings, LABEL_CLUSTER, LABEL_HASH, LABEL_LOCATION, LABEL_NODE_CLAIM, LABEL_NODE_CLASS,
-    LABEL_NODE_POOL, NAME, label_value, parse_provider_id, provider_id, shape_of,
+    LABEL_NODE_POOL, NAME, label_value, parse_provider_id, provider_id, region_of, shape_of,
 };

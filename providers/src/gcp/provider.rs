@@ -181,6 +181,14 @@ pub fn parse_provider_id(id: &str) -> Result<(&str, &str, &str), CloudError> {
     }
 }
 
+/// The region of a location: a zone's (`us-central1-a` → `us-central1`), or the region itself.
+pub fn region_of(location: &str) -> String {
+    match location.rsplit_once('-') {
+        Some((region, zone)) if zone.len() == 1 && zone.bytes().all(|b| b.is_ascii_lowercase()) => region.to_owned(),
+        _ => location.to_owned(),
+    }
+}
+
 /// The last segment of a resource URL (`…/zones/us-central1-a` → `us-central1-a`).
 fn last_segment(url: &str) -> &str {
     url.rsplit('/').next().unwrap_or(url)
@@ -1147,5 +1155,23 @@ impl GcpProvider {
                 .await
                 .map_err(|e| client_error(&format!("zoneOperations.get {op_name}"), &e))?;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn locations_ids_and_label_values() {
+        assert_eq!(region_of("us-central1-a"), "us-central1");
+        assert_eq!(region_of("us-central1"), "us-central1");
+        assert_eq!(region_of("europe-west4"), "europe-west4");
+        let pid = provider_id("p", "us-central1-a", "karpenter-x");
+        assert_eq!(parse_provider_id(&pid).unwrap(), ("p", "us-central1-a", "karpenter-x"));
+        assert!(parse_provider_id("aws:///us-east-1a/i-1").unwrap_err().is_not_found());
+        assert_eq!(label_value("Team.ML/gpu"), "team-ml-gpu");
+        assert_eq!(label_value(&"x".repeat(80)).len(), 63);
     }
 }
