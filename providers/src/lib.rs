@@ -15,6 +15,8 @@
 pub mod alias;
 #[cfg(feature = "aws")]
 pub mod aws;
+#[cfg(any(feature = "aws", feature = "gcp"))]
+pub mod classes;
 #[cfg(feature = "gcp")]
 pub mod gcp;
 #[cfg(any(feature = "aws", feature = "gcp"))]

@@ -129,7 +129,7 @@ impl AwsProvider {
         let tags = tags_of(i.tags());
         let launch_time =
             i.launch_time().and_then(|t| Timestamp::from_second(t.secs()).ok()).unwrap_or_else(|| self.now());
-        let class = tags.get(TAG_NODE_CLASS).and_then(|n| self.state().classes.get(n).cloned());
+        let class = tags.get(TAG_NODE_CLASS).and_then(|n| self.state().classes.get(n));
         let (family, kubelet) = match class.as_deref() {
             Some(c) => (c.spec.family().unwrap_or(AmiFamily::Custom), c.spec.kubelet().unwrap_or_default()),
             None => (AmiFamily::Custom, Kubelet::default()),
@@ -162,7 +162,7 @@ impl AwsProvider {
         node_labels.insert(labels::ZONE.to_owned(), zone.to_owned());
         node_labels.insert(labels::CAPACITY_TYPE.to_owned(), capacity_type.as_str().to_owned());
         node_labels.insert(labels::REGION.to_owned(), self.region.clone());
-        let status = class.as_ref().and_then(|c| self.state().resolved.get(c.name()).map(|r| r.status.clone()));
+        let status = class.as_ref().and_then(|c| self.state().classes.last(c.name()));
         if let Some(zone_id) =
             status.as_ref().and_then(|s| s.subnets.iter().find(|s| s.zone == zone)).and_then(|s| s.zone_id.clone())
         {

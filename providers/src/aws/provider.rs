@@ -47,19 +47,13 @@ pub(super) type ResolvedParts = (
     Result<Vec<ResolvedCapacityReservation>, CloudError>,
 );
 
-#[derive(Debug, Clone)]
-pub(super) struct ResolvedClass {
-    pub(super) at: Timestamp,
-    pub(super) status: Arc<EC2NodeClassStatus>,
-}
-
 /// A quota scope that failed: a capacity type, and a vCPU quota bucket (`*` for all).
 pub(super) type QuotaKey = (CapacityType, String);
 
 #[derive(Debug, Default)]
 pub(super) struct State {
-    pub(super) classes: HashMap<String, Arc<EC2NodeClass>>,
-    pub(super) resolved: HashMap<String, ResolvedClass>,
+    /// The classes fed, and what each resolved to.
+    pub(super) classes: crate::classes::ClassStore<EC2NodeClass, EC2NodeClassStatus>,
     pub(super) shapes: Option<Cached<HashMap<String, Shape>>>,
     pub(super) zones: Option<Cached<HashMap<String, BTreeSet<String>>>>,
     pub(super) spot: Option<Cached<HashMap<(String, String), f64>>>,

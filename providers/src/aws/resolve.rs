@@ -5,12 +5,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use tenon_core::api::NodeClassRef;
-use tenon_core::clock;
 use tenon_core::cloud::CloudError;
 
 use super::errors::sdk_error;
 use super::nodeclass::{self, EC2NodeClass, EC2NodeClassStatus, ResolvedSecurityGroup, ResolvedSubnet};
-use super::provider::{AwsProvider, NAME, ResolvedClass, ResolvedParts, filter, tag_filters};
+use super::provider::{AwsProvider, NAME, ResolvedParts, filter, tag_filters};
 
 impl AwsProvider {
     /// Adds or replaces an `EC2NodeClass` (the operator feeds them from the API server). A changed spec
@@ -19,11 +18,7 @@ impl AwsProvider {
     pub fn apply_node_class(&self, class: EC2NodeClass) -> Result<(), CloudError> {
         class.validate().map_err(CloudError::NodeClassNotReady)?;
         let name = class.name().to_owned();
-        let mut st = self.state();
-        if st.classes.get(&name).is_none_or(|old| old.spec != class.spec) {
-            st.resolved.remove(&name);
-        }
-        st.classes.insert(name, Arc::new(class));
+        self.state().classes.apply(name, class, |old, new| old.spec == new.spec);
         Ok(())
     }
 
@@ -31,19 +26,13 @@ impl AwsProvider {
     /// is not launched from with its last good spec; its claims answer `NodeClassNotReady` until it is
     /// fixed.
     pub fn forget_node_class(&self, name: &str) {
-        let mut st = self.state();
-        st.classes.remove(name);
-        st.resolved.remove(name);
+        self.state().classes.forget(name);
     }
 
     /// Forgets an `EC2NodeClass` and deletes the launch templates this cluster made for it (what a
     /// finalizer on the class does before it lets the class go). Instances launched from them run on.
     pub async fn delete_node_class(&self, name: &str) -> Result<(), CloudError> {
-        {
-            let mut st = self.state();
-            st.classes.remove(name);
-            st.resolved.remove(name);
-        }
+        self.state().classes.forget(name);
         self.delete_launch_templates(name, &BTreeSet::new()).await?;
         self.delete_instance_profile(name).await
     }
@@ -159,7 +148,6 @@ impl AwsProvider {
         self.state()
             .classes
             .get(name)
-            .cloned()
             .ok_or_else(|| CloudError::NodeClassNotReady(format!("EC2NodeClass/{name} is not known")))
     }
 
@@ -167,14 +155,13 @@ impl AwsProvider {
     /// A capacity block that has come within its expiry of its end makes the resolution stale at once, so
     /// it stops being offered on time.
     pub(super) fn fresh_resolution(&self, name: &str) -> Option<Arc<EC2NodeClassStatus>> {
-        let cached = self.state().resolved.get(name).cloned()?;
         let now = self.now();
-        let block_expired = cached
-            .status
+        let status = self.state().classes.fresh(name, now, self.settings.node_class_ttl)?;
+        let block_expired = status
             .capacity_reservations
             .iter()
             .any(|r| r.is_capacity_block() && !r.is_expiring() && r.expires_at().is_some_and(|at| at <= now));
-        (!block_expired && clock::since(now, cached.at) < self.settings.node_class_ttl).then_some(cached.status)
+        (!block_expired).then_some(status)
     }
 
     /// What each kind of selector term of `class` resolves to, read from EC2.
@@ -205,7 +192,7 @@ impl AwsProvider {
                 st.subnet_exhausted.remove(&s.id);
             }
         }
-        self.state().resolved.insert(name.to_owned(), ResolvedClass { at: self.now(), status: status.clone() });
+        self.state().classes.remember(name, self.now(), status.clone());
         let keep: BTreeSet<String> =
             status.amis.iter().map(|a| self.launch_template_prefix(class, &status, a)).collect();
         if let Err(e) = self.delete_launch_templates(name, &keep).await {

@@ -136,8 +136,7 @@ type Listed = (MachineShape, BTreeSet<String>);
 
 #[derive(Debug, Default)]
 struct State {
-    classes: HashMap<String, Arc<GCENodeClass>>,
-    resolved: HashMap<String, (Timestamp, Arc<GCENodeClassStatus>)>,
+    classes: crate::classes::ClassStore<GCENodeClass, GCENodeClassStatus>,
     machine_types: Option<Cached<Vec<Listed>>>,
     prices: Option<Arc<HashMap<String, Price>>>,
     /// Quota metrics used up, until when.
@@ -264,19 +263,13 @@ impl GcpProvider {
     pub fn apply_node_class(&self, class: GCENodeClass) -> Result<(), CloudError> {
         class.validate().map_err(CloudError::NodeClassNotReady)?;
         let name = class.name().to_owned();
-        let mut st = self.state();
-        if st.classes.get(&name).is_none_or(|old| old.spec != class.spec) {
-            st.resolved.remove(&name);
-        }
-        st.classes.insert(name, Arc::new(class));
+        self.state().classes.apply(name, class, |old, new| old.spec == new.spec);
         Ok(())
     }
 
     /// Forgets a `GCENodeClass`.
     pub fn forget_node_class(&self, name: &str) {
-        let mut st = self.state();
-        st.classes.remove(name);
-        st.resolved.remove(name);
+        self.state().classes.forget(name);
     }
 
     fn class_name<'a>(&self, r: Option<&'a NodeClassRef>, object: &str) -> Result<&'a str, CloudError> {
@@ -296,12 +289,9 @@ impl GcpProvider {
             .state()
             .classes
             .get(name)
-            .cloned()
             .ok_or_else(|| CloudError::NodeClassNotReady(format!("GCENodeClass/{name} is not known")))?;
         let now = self.now();
-        if let Some((at, status)) = self.state().resolved.get(name).cloned()
-            && clock::since(now, at) < Duration::from_secs(300)
-        {
+        if let Some(status) = self.state().classes.fresh(name, now, Duration::from_secs(300)) {
             return Ok((class, status));
         }
         let mut images = Vec::new();
@@ -341,7 +331,7 @@ impl GcpProvider {
             )));
         }
         let status = Arc::new(GCENodeClassStatus { images, conditions: Vec::new() });
-        self.state().resolved.insert(name.to_owned(), (now, status.clone()));
+        self.state().classes.remember(name, now, status.clone());
         Ok((class, status))
     }
 

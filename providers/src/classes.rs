@@ -1,0 +1,83 @@
+//! The NodeClasses a provider was fed and what each resolved to, as every provider keeps them: a changed
+//! spec drops its resolution, an unchanged one keeps it until it is stale.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use jiff::Timestamp;
+use tenon_core::clock;
+
+/// NodeClasses of kind `C` by name, each with its resolution `S` (a status) and when it was made.
+#[derive(Debug)]
+pub struct ClassStore<C, S> {
+    classes: HashMap<String, Arc<C>>,
+    resolved: HashMap<String, (Timestamp, Arc<S>)>,
+}
+
+impl<C, S> Default for ClassStore<C, S> {
+    fn default() -> Self {
+        Self { classes: HashMap::new(), resolved: HashMap::new() }
+    }
+}
+
+impl<C, S> ClassStore<C, S> {
+    /// Adds or replaces class `name`; its resolution goes unless `same` says the old and new specs match.
+    pub fn apply(&mut self, name: String, class: C, same: impl Fn(&C, &C) -> bool) {
+        if self.classes.get(&name).is_none_or(|old| !same(old, &class)) {
+            self.resolved.remove(&name);
+        }
+        self.classes.insert(name, Arc::new(class));
+    }
+
+    /// Forgets class `name` and its resolution.
+    pub fn forget(&mut self, name: &str) {
+        self.classes.remove(name);
+        self.resolved.remove(name);
+    }
+
+    /// Class `name`.
+    pub fn get(&self, name: &str) -> Option<Arc<C>> {
+        self.classes.get(name).cloned()
+    }
+
+    /// Class `name`'s resolution, if made less than `ttl` before `now`.
+    pub fn fresh(&self, name: &str, now: Timestamp, ttl: Duration) -> Option<Arc<S>> {
+        let (at, status) = self.resolved.get(name)?;
+        (clock::since(now, *at) < ttl).then(|| status.clone())
+    }
+
+    /// Class `name`'s last resolution, however old.
+    pub fn last(&self, name: &str) -> Option<Arc<S>> {
+        self.resolved.get(name).map(|(_, s)| s.clone())
+    }
+
+    /// Records class `name`'s resolution, made `at`.
+    pub fn remember(&mut self, name: &str, at: Timestamp, status: Arc<S>) {
+        self.resolved.insert(name.to_owned(), (at, status));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn a_changed_spec_drops_its_resolution_and_a_stale_one_is_not_fresh() {
+        let mut store: ClassStore<(String, u32), &str> = ClassStore::default();
+        let t0 = Timestamp::from_second(1_800_000_000).unwrap();
+        let same = |a: &(String, u32), b: &(String, u32)| a.1 == b.1;
+        store.apply("a".into(), ("a".into(), 1), same);
+        store.remember("a", t0, Arc::new("resolved"));
+        assert_eq!(store.fresh("a", t0, Duration::from_secs(60)).as_deref(), Some(&"resolved"));
+        assert!(store.fresh("a", clock::add(t0, Duration::from_secs(61)), Duration::from_secs(60)).is_none());
+        assert_eq!(store.last("a").as_deref(), Some(&"resolved"), "the last, however old");
+        store.apply("a".into(), ("a".into(), 1), same);
+        assert!(store.last("a").is_some(), "an unchanged spec keeps it");
+        store.apply("a".into(), ("a".into(), 2), same);
+        assert!(store.last("a").is_none(), "a changed spec drops it");
+        store.forget("a");
+        assert!(store.get("a").is_none());
+    }
+}
