@@ -58,6 +58,23 @@ impl<C, S> ClassStore<C, S> {
     }
 }
 
+/// The name of the class `r` refers to, when it is a `group`/`kind` one; `NodeClassNotReady` naming
+/// `object` (the pool or claim) otherwise.
+pub fn referenced<'a>(
+    r: Option<&'a tenon_core::api::NodeClassRef>,
+    group: &str,
+    kind: &str,
+    object: &str,
+) -> Result<&'a str, tenon_core::cloud::CloudError> {
+    use tenon_core::cloud::CloudError;
+    let article = if kind.starts_with(['A', 'E', 'I', 'O', 'U']) { "an" } else { "a" };
+    match r {
+        Some(r) if r.group == group && r.kind == kind => Ok(&r.name),
+        Some(r) => Err(CloudError::NodeClassNotReady(format!("{object}: nodeClassRef {r} is not {article} {kind}"))),
+        None => Err(CloudError::NodeClassNotReady(format!("{object}: no nodeClassRef to {article} {kind}"))),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]

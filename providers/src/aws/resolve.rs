@@ -38,11 +38,7 @@ impl AwsProvider {
     }
 
     pub(super) fn class_name<'a>(&self, r: Option<&'a NodeClassRef>, object: &str) -> Result<&'a str, CloudError> {
-        match r {
-            Some(r) if r.group == nodeclass::GROUP && r.kind == nodeclass::KIND => Ok(&r.name),
-            Some(r) => Err(CloudError::NodeClassNotReady(format!("{object}: nodeClassRef {r} is not an EC2NodeClass"))),
-            None => Err(CloudError::NodeClassNotReady(format!("{object}: no nodeClassRef to an EC2NodeClass"))),
-        }
+        crate::classes::referenced(r, nodeclass::GROUP, nodeclass::KIND, object)
     }
 
     /// The NodeClass `name` and what its selector terms resolve to (cached for `node_class_ttl`).

@@ -273,11 +273,7 @@ impl GcpProvider {
     }
 
     fn class_name<'a>(&self, r: Option<&'a NodeClassRef>, object: &str) -> Result<&'a str, CloudError> {
-        match r {
-            Some(r) if r.group == nodeclass::GROUP && r.kind == nodeclass::KIND => Ok(&r.name),
-            Some(r) => Err(CloudError::NodeClassNotReady(format!("{object}: nodeClassRef {r} is not a GCENodeClass"))),
-            None => Err(CloudError::NodeClassNotReady(format!("{object}: no nodeClassRef to a GCENodeClass"))),
-        }
+        crate::classes::referenced(r, nodeclass::GROUP, nodeclass::KIND, object)
     }
 
     /// The class `name` and what its image terms resolve to (kept for five minutes).
