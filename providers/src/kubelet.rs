@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 use serde_json::{Map, Value};
-use tenon_core::resources::Resources;
+use tenon_core::resources::{ResourceName, Resources};
 
 /// The kubelet's hard-eviction signal on memory.
 pub const MEMORY_AVAILABLE: &str = "memory.available";
@@ -128,6 +128,22 @@ impl Kubelet {
             ));
         }
         Ok(out)
+    }
+}
+
+impl Kubelet {
+    /// The hard-eviction threshold on a node of `memory` bytes of memory and `storage` bytes of ephemeral
+    /// storage: 100 MiB of memory and 10% of the storage, as EKS's and GKE's kubelets default, unless
+    /// `evictionHard` sets `memory.available` or `nodefs.available` (a quantity, or a percentage of it).
+    pub fn eviction_threshold(&self, memory: i64, storage: i64) -> Resources {
+        let mut eviction = Resources::cpu_memory(0, 100 << 20).with(ResourceName::EPHEMERAL_STORAGE, storage / 10);
+        if let Some(v) = self.eviction_hard.get(MEMORY_AVAILABLE).and_then(|v| signal_value(v, memory).ok()) {
+            eviction.set(ResourceName::MEMORY, v);
+        }
+        if let Some(v) = self.eviction_hard.get(NODEFS_AVAILABLE).and_then(|v| signal_value(v, storage).ok()) {
+            eviction.set(ResourceName::EPHEMERAL_STORAGE, v);
+        }
+        eviction
     }
 }
 

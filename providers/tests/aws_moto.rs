@@ -929,14 +929,8 @@ async fn a_karpenter_node_class_launches_on_demand_in_another_region_priced_by_t
     let k8s = unique_kubernetes_version();
     let image = format!("/aws/service/eks/optimized-ami/{k8s}/amazon-linux-2023/x86_64/standard/recommended/image_id");
     publish_ssm_parameters(&env, &[(image, &env.ami)]).await;
-    let iam = aws_sdk_iam::Client::new(&sdk_config_in(env.region).await);
-    let role = format!("KarpenterNodeRole-{}", env.cluster);
-    iam.create_role()
-        .role_name(&role)
-        .assume_role_policy_document(r#"{"Version":"2012-10-17","Statement":[]}"#)
-        .send()
-        .await
-        .unwrap();
+    // IAM is global: the role is made as for any other test.
+    let role = create_role(&env).await;
     let manifest = serde_json::json!({
         "apiVersion": "karpenter.k8s.aws/v1", "kind": "EC2NodeClass", "metadata": {"name": env.class_name()},
         "spec": {

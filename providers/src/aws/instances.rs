@@ -11,7 +11,6 @@ use tenon_core::resources::Resources;
 
 use super::catalog::{self, Shape};
 use super::errors::sdk_error;
-use super::fleet::reservation_labels;
 use super::kubelet::{AmiFamily, Kubelet};
 use super::nodeclass;
 use super::provider::{AwsProvider, NAME, TAG_NODE_CLAIM, TAG_NODE_CLASS, TAG_NODE_POOL, filter, tags_of};
@@ -176,7 +175,7 @@ impl AwsProvider {
                 interruptible: lifecycle == Some("interruptible-capacity-reservation"),
                 ..Default::default()
             };
-            node_labels.extend(reservation_labels(&r));
+            node_labels.extend(r.node_labels());
         }
         Ok(Instance {
             provider_id: provider_id(zone, id),

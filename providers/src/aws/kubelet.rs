@@ -12,8 +12,8 @@ use tenon_core::cloud::Overhead;
 use tenon_core::resources::{ResourceName, Resources};
 
 use super::catalog::{self, Shape};
+use crate::kubelet::apply;
 pub use crate::kubelet::{Kubelet, MEMORY_AVAILABLE, NODEFS_AVAILABLE};
-use crate::kubelet::{apply, signal_value};
 
 const MIB: i64 = 1 << 20;
 const GIB: i64 = 1 << 30;
@@ -96,14 +96,7 @@ impl Kubelet {
         apply(&mut kube_reserved, &self.kube_reserved);
         let mut system_reserved = Resources::ZERO;
         apply(&mut system_reserved, &self.system_reserved);
-        let mut eviction = Resources::cpu_memory(0, 100 * MIB).with(ResourceName::EPHEMERAL_STORAGE, storage / 10);
-        if let Some(v) = self.eviction_hard.get(MEMORY_AVAILABLE).and_then(|v| signal_value(v, memory).ok()) {
-            eviction.set(ResourceName::MEMORY, v);
-        }
-        if let Some(v) = self.eviction_hard.get(NODEFS_AVAILABLE).and_then(|v| signal_value(v, storage).ok()) {
-            eviction.set(ResourceName::EPHEMERAL_STORAGE, v);
-        }
-        Overhead { kube_reserved, system_reserved, eviction_threshold: eviction }
+        Overhead { kube_reserved, system_reserved, eviction_threshold: self.eviction_threshold(memory, storage) }
     }
 }
 

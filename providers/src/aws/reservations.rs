@@ -108,6 +108,17 @@ impl ResolvedCapacityReservation {
         Some(end - jiff::SignedDuration::from_mins(CAPACITY_BLOCK_EXPIRY_MINUTES))
     }
 
+    /// The labels of an instance in it, as Karpenter sets them (with the core's reservation id).
+    pub fn node_labels(&self) -> [(String, String); 4] {
+        use super::catalog;
+        [
+            (tenon_core::api::labels::RESERVATION_ID.to_owned(), self.id.clone()),
+            (catalog::LABEL_CAPACITY_RESERVATION_ID.to_owned(), self.id.clone()),
+            (catalog::LABEL_CAPACITY_RESERVATION_TYPE.to_owned(), self.reservation_type.clone()),
+            (catalog::LABEL_CAPACITY_RESERVATION_INTERRUPTIBLE.to_owned(), self.interruptible.to_string()),
+        ]
+    }
+
     /// The kind of launch it needs.
     pub fn kind(&self) -> ReservationKind {
         match (self.is_capacity_block(), self.interruptible) {

@@ -20,7 +20,7 @@ use tenon_core::api::labels;
 use tenon_core::cloud::{InstanceType, Offering, Overhead};
 use tenon_core::resources::{ResourceName, Resources};
 
-use crate::kubelet::{Kubelet, MEMORY_AVAILABLE, NODEFS_AVAILABLE, apply, kube_reserved_cpu_millis, signal_value};
+use crate::kubelet::{Kubelet, apply, kube_reserved_cpu_millis};
 
 /// Label: vCPUs.
 pub const LABEL_INSTANCE_CPU: &str = "karpenter.k8s.gcp/instance-cpu";
@@ -197,13 +197,7 @@ pub fn instance_type(shape: &MachineShape, node: &NodeShape, offerings: Vec<Offe
     let mut extra = Resources::ZERO;
     apply(&mut extra, &k.system_reserved);
     system_reserved.add_assign(&extra);
-    let mut eviction = Resources::cpu_memory(0, 100 * MIB).with(ResourceName::EPHEMERAL_STORAGE, storage / 10);
-    if let Some(v) = k.eviction_hard.get(MEMORY_AVAILABLE).and_then(|v| signal_value(v, memory_mib * MIB).ok()) {
-        eviction.set(ResourceName::MEMORY, v);
-    }
-    if let Some(v) = k.eviction_hard.get(NODEFS_AVAILABLE).and_then(|v| signal_value(v, storage).ok()) {
-        eviction.set(ResourceName::EPHEMERAL_STORAGE, v);
-    }
+    let eviction = k.eviction_threshold(memory_mib * MIB, storage);
     InstanceType {
         name: shape.name.clone(),
         labels: shape_labels(shape),

@@ -304,10 +304,7 @@ impl GcpProvider {
             };
             match self.images.get().set_project(project).set_image(image).send().await {
                 Ok(found) => {
-                    let arm = found
-                        .architecture
-                        .as_ref()
-                        .is_some_and(|a| format!("{a:?}").to_ascii_lowercase().contains("arm64"));
+                    let arm = matches!(found.architecture, Some(model::image::Architecture::Arm64));
                     images.push(ResolvedImage {
                         source_image: id.clone(),
                         requirements: vec![tenon_core::api::NodeSelectorRequirement::new(
@@ -453,6 +450,16 @@ impl GcpProvider {
         class: &GCENodeClass,
         status: &GCENodeClassStatus,
     ) -> Result<Vec<InstanceType>, CloudError> {
+        self.types_named(class, status, None).await
+    }
+
+    /// [`Self::types_for`], of machine type `only` alone when given (reading one instance needs no more).
+    async fn types_named(
+        &self,
+        class: &GCENodeClass,
+        status: &GCENodeClassStatus,
+        only: Option<&str>,
+    ) -> Result<Vec<InstanceType>, CloudError> {
         let listed = self.listed_machine_types().await?;
         let prices = self.prices()?;
         let kubelet = Kubelet::parse_at(class.spec.kubelet_configuration.as_ref(), "spec.kubeletConfiguration")
@@ -471,7 +478,7 @@ impl GcpProvider {
             .collect();
         let quota = self.live_quota();
         let mut out = Vec::with_capacity(listed.len());
-        for (shape, zones) in listed.iter() {
+        for (shape, zones) in listed.iter().filter(|(s, _)| only.is_none_or(|o| s.name == o)) {
             let arch = if shape.arm64 { "arm64" } else { "amd64" };
             if !archs.contains(arch) {
                 continue;
@@ -563,22 +570,8 @@ impl GcpProvider {
             .map(last_segment)
             .ok_or_else(|| CloudError::message(NAME, format!("instance {name}: no machineType")))?
             .to_owned();
-        let spot = i
-            .scheduling
-            .as_ref()
-            .and_then(|s| s.provisioning_model.as_ref())
-            .is_some_and(|m| *m == model::scheduling::ProvisioningModel::Spot);
-        let capacity_type = if spot { CapacityType::Spot } else { CapacityType::OnDemand };
-        let status = i.status.as_ref().map(|s| format!("{s:?}").to_ascii_uppercase()).unwrap_or_default();
-        let state = if status.contains("RUNNING") {
-            InstanceState::Running
-        } else if status.contains("TERMINATED") {
-            InstanceState::Terminated
-        } else if status.contains("STOPPING") || status.contains("SUSPEND") || status.contains("STOPPED") {
-            InstanceState::Stopping
-        } else {
-            InstanceState::Pending
-        };
+        let capacity_type = if is_spot(i) { CapacityType::Spot } else { CapacityType::OnDemand };
+        let state = instance_state(i);
         let it = types.and_then(|t| t.iter().find(|t| t.name == machine));
         let mut node_labels = it.map(|t| t.labels.clone()).unwrap_or_default();
         node_labels.insert(labels::INSTANCE_TYPE.to_owned(), machine.clone());
@@ -622,6 +615,25 @@ fn node_labels(claim: &NodeClaim, capacity_type: CapacityType) -> BTreeMap<Strin
     out
 }
 
+/// Whether `i` is a spot instance.
+fn is_spot(i: &model::Instance) -> bool {
+    matches!(
+        i.scheduling.as_ref().and_then(|s| s.provisioning_model.as_ref()),
+        Some(model::scheduling::ProvisioningModel::Spot)
+    )
+}
+
+/// The core's state of an instance's status.
+fn instance_state(i: &model::Instance) -> InstanceState {
+    use model::instance::Status;
+    match i.status {
+        Some(Status::Running) => InstanceState::Running,
+        Some(Status::Terminated) => InstanceState::Terminated,
+        Some(Status::Stopping | Status::Stopped | Status::Suspending | Status::Suspended) => InstanceState::Stopping,
+        _ => InstanceState::Pending,
+    }
+}
+
 /// A machine type of `machineTypes.aggregatedList`; an error for an entry missing what every entry has.
 pub fn shape_of(mt: &model::MachineType) -> Result<MachineShape, String> {
     let name = mt.name.clone().ok_or("a machine type has no name")?;
@@ -630,7 +642,7 @@ pub fn shape_of(mt: &model::MachineType) -> Result<MachineShape, String> {
     Ok(MachineShape {
         vcpu: i64::from(vcpu),
         memory_mib: i64::from(memory),
-        arm64: mt.architecture.as_ref().is_some_and(|a| format!("{a:?}").to_ascii_lowercase().contains("arm64")),
+        arm64: matches!(mt.architecture, Some(model::machine_type::Architecture::Arm64)),
         shared_cpu: mt.is_shared_cpu.unwrap_or(false),
         accelerators: mt
             .accelerators
@@ -678,12 +690,11 @@ impl CloudProvider for GcpProvider {
         };
         let (_, zone, name) = parse_provider_id(pid)?;
         let i = self.owned_instance(zone, name).await?;
-        let status = i.status.as_ref().map(|s| format!("{s:?}").to_ascii_uppercase()).unwrap_or_default();
-        if status.contains("TERMINATED") {
-            return Err(CloudError::NotFound(pid.to_owned()));
-        }
-        if status.contains("STOPPING") {
-            return Ok(());
+        match i.status {
+            Some(model::instance::Status::Terminated) => return Err(CloudError::NotFound(pid.to_owned())),
+            // A delete is already under way.
+            Some(model::instance::Status::Stopping) => return Ok(()),
+            _ => {}
         }
         self.instances
             .delete()
@@ -700,7 +711,8 @@ impl CloudProvider for GcpProvider {
         let (_, zone, name) = parse_provider_id(provider_id)?;
         let i = self.owned_instance(zone, name).await?;
         let class = i.labels.get(LABEL_NODE_CLASS).cloned();
-        let types = self.types_of_class(class.as_deref()).await;
+        let machine = i.machine_type.as_deref().map(last_segment);
+        let types = self.types_of_class(class.as_deref(), machine).await;
         self.to_instance(&i, types.as_deref())
     }
 
@@ -711,7 +723,7 @@ impl CloudProvider for GcpProvider {
         for i in &found {
             let class = i.labels.get(LABEL_NODE_CLASS).cloned();
             if !by_class.contains_key(&class) {
-                let types = self.types_of_class(class.as_deref()).await;
+                let types = self.types_of_class(class.as_deref(), None).await;
                 by_class.insert(class.clone(), types);
             }
             out.push(self.to_instance(i, by_class[&class].as_deref())?);
@@ -765,14 +777,10 @@ impl CloudProvider for GcpProvider {
         let mut out = Vec::new();
         let mut st = self.state();
         for i in &found {
-            let spot = i
-                .scheduling
-                .as_ref()
-                .and_then(|s| s.provisioning_model.as_ref())
-                .is_some_and(|m| *m == model::scheduling::ProvisioningModel::Spot);
-            let status = i.status.as_ref().map(|s| format!("{s:?}").to_ascii_uppercase()).unwrap_or_default();
             let (Some(name), Some(zone)) = (i.name.as_deref(), i.zone.as_deref().map(last_segment)) else { continue };
-            if spot && (status.contains("STOPPING") || status.contains("TERMINATED")) {
+            let gone =
+                matches!(i.status, Some(model::instance::Status::Stopping | model::instance::Status::Terminated));
+            if is_spot(i) && gone {
                 let pid = provider_id(&self.settings.project, zone, name);
                 if st.preempted.insert(pid.clone()) {
                     out.push(Interruption { provider_id: pid, kind: InterruptionKind::SpotInterruption });
@@ -784,10 +792,11 @@ impl CloudProvider for GcpProvider {
 }
 
 impl GcpProvider {
-    /// The instance types of class `name`, when it is known and resolves.
-    async fn types_of_class(&self, name: Option<&str>) -> Option<Vec<InstanceType>> {
+    /// The instance types of class `name` (of machine type `only`, when given), when it is known and
+    /// resolves.
+    async fn types_of_class(&self, name: Option<&str>, only: Option<&str>) -> Option<Vec<InstanceType>> {
         let (class, status) = self.resolve_node_class(name?).await.ok()?;
-        self.types_for(&class, &status).await.ok()
+        self.types_named(&class, &status, only).await.ok()
     }
 
     /// One launch: the cheapest compatible offerings tried in turn (at most `max_attempts`).
@@ -797,7 +806,8 @@ impl GcpProvider {
         let name = format!("karpenter-{}", claim.name());
         // Idempotent per claim: an instance of that name is the claim's.
         if let Some(existing) = self.owned_instances().await?.into_iter().find(|i| i.name.as_deref() == Some(&name)) {
-            let types = self.types_for(&class, &status).await?;
+            let machine = existing.machine_type.as_deref().map(last_segment);
+            let types = self.types_named(&class, &status, machine).await?;
             return self.to_instance(&existing, Some(&types));
         }
         let types = self.types_for(&class, &status).await?;
@@ -1106,7 +1116,7 @@ impl GcpProvider {
         let mut polled = 0;
         let mut current = op;
         loop {
-            let done = current.status.as_ref().is_some_and(|s| format!("{s:?}").to_ascii_uppercase().contains("DONE"));
+            let done = matches!(current.status, Some(model::operation::Status::Done));
             if done {
                 let errors = current.error.as_ref().map(|e| e.errors.clone()).unwrap_or_default();
                 if errors.is_empty() {

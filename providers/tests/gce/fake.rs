@@ -95,7 +95,7 @@ pub(crate) fn check(name: &str, value: &Value) -> Result<(), String> {
 }
 
 /// One discovery method, matched to a request.
-struct Method_ {
+struct DiscoveryMethod {
     id: String,
     params: Vec<String>,
     request: Option<String>,
@@ -103,7 +103,7 @@ struct Method_ {
 }
 
 /// The discovery method of (`http`, `path`), with the path's parameters.
-fn route(http: &Method, path: &str) -> Option<(Method_, HashMap<String, String>)> {
+fn route(http: &Method, path: &str) -> Option<(DiscoveryMethod, HashMap<String, String>)> {
     let doc = discovery();
     let service = doc["servicePath"].as_str().unwrap_or("compute/v1/");
     let path = path.trim_start_matches('/').strip_prefix(service)?;
@@ -130,7 +130,7 @@ fn route(http: &Method, path: &str) -> Option<(Method_, HashMap<String, String>)
             if ok {
                 let schema = |k: &str| m[k]["$ref"].as_str().map(str::to_owned);
                 return Some((
-                    Method_ {
+                    DiscoveryMethod {
                         id: m["id"].as_str().unwrap_or_default().to_owned(),
                         params: m["parameters"].as_object().map(|p| p.keys().cloned().collect()).unwrap_or_default(),
                         request: schema("request"),
@@ -230,6 +230,14 @@ pub(crate) async fn handle(
     answer(status, out)
 }
 
+/// A 404 as Compute Engine answers one.
+fn not_found(what: &str) -> (StatusCode, Value) {
+    (
+        StatusCode::NOT_FOUND,
+        json!({"error": {"code": 404, "message": format!("{what} not found"), "errors": [{"reason": "notFound", "message": "not found"}]}}),
+    )
+}
+
 fn operation(w: &mut World, zone: &str, target: &str, kind: &str, err: Option<(String, String)>, polls: u32) -> Value {
     w.seq += 1;
     let name = format!("operation-{}", w.seq);
@@ -269,10 +277,7 @@ fn serve(
         }
         "compute.images.get" => match w.images.get(&format!("{}/{}", var("project"), var("image"))) {
             Some(i) => (StatusCode::OK, i.clone()),
-            None => (
-                StatusCode::NOT_FOUND,
-                json!({"error": {"code": 404, "message": "image not found", "errors": [{"reason": "notFound", "message": "not found"}]}}),
-            ),
+            None => not_found("image"),
         },
         "compute.instances.insert" => {
             let zone = var("zone");
@@ -321,10 +326,7 @@ fn serve(
         }
         "compute.zoneOperations.get" => {
             let Some((zone, polls, err, op)) = w.operations.get(&var("operation")).cloned() else {
-                return (
-                    StatusCode::NOT_FOUND,
-                    json!({"error": {"code": 404, "message": "no operation", "errors": [{"reason": "notFound", "message": "no operation"}]}}),
-                );
+                return not_found("operation");
             };
             let mut op = op;
             if polls == 0 {
@@ -346,10 +348,7 @@ fn serve(
                 }
                 (StatusCode::OK, i)
             }
-            None => (
-                StatusCode::NOT_FOUND,
-                json!({"error": {"code": 404, "message": "instance not found", "errors": [{"reason": "notFound", "message": "not found"}]}}),
-            ),
+            None => not_found("instance"),
         },
         "compute.instances.aggregatedList" => {
             // `labels.<key> = <value>`, as the provider filters.
@@ -374,10 +373,7 @@ fn serve(
         "compute.instances.delete" | "compute.instances.reset" => {
             let key = (var("zone"), var("instance"));
             if !w.instances.contains_key(&key) {
-                return (
-                    StatusCode::NOT_FOUND,
-                    json!({"error": {"code": 404, "message": "instance not found", "errors": [{"reason": "notFound", "message": "not found"}]}}),
-                );
+                return not_found("instance");
             }
             if id == "compute.instances.delete" {
                 w.instances.remove(&key);

@@ -19,7 +19,7 @@ use super::instances::provider_id;
 use super::launch_template::Template;
 use super::nodeclass::{self, EC2NodeClass};
 use super::provider::{AwsProvider, NAME, TAG_EKS_CLUSTER, TAG_NODE_CLAIM, TAG_NODE_CLASS, TAG_NODE_POOL, tag};
-use super::reservations::{ReservationKind, ResolvedCapacityReservation};
+use super::reservations::ReservationKind;
 use plan::Override;
 
 /// `CreateFleet`'s target capacity type: a reserved launch's follows its reservations' kind (a capacity
@@ -36,16 +36,6 @@ fn target_capacity_type(
         }
         _ => ec2::DefaultTargetCapacityType::OnDemand,
     }
-}
-
-/// The labels of an instance in reservation `r`, as Karpenter sets them (with the core's reservation id).
-pub(super) fn reservation_labels(r: &ResolvedCapacityReservation) -> [(String, String); 4] {
-    [
-        (labels::RESERVATION_ID.to_owned(), r.id.clone()),
-        (catalog::LABEL_CAPACITY_RESERVATION_ID.to_owned(), r.id.clone()),
-        (catalog::LABEL_CAPACITY_RESERVATION_TYPE.to_owned(), r.reservation_type.clone()),
-        (catalog::LABEL_CAPACITY_RESERVATION_INTERRUPTIBLE.to_owned(), r.interruptible.to_string()),
-    ]
 }
 
 impl AwsProvider {
@@ -277,7 +267,7 @@ impl AwsProvider {
         }
         if let Some(r) = chosen.and_then(|o| o.reservation.as_ref()) {
             self.mark_reservation_launched(&r.id);
-            node_labels.extend(reservation_labels(r));
+            node_labels.extend(r.node_labels());
         }
         tracing::info!(claim = claim.name(), instance = %id, instance_type = %itype, zone = %zone, capacity_type = %ct, "launched");
         Ok(Instance {
