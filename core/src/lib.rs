@@ -34,7 +34,7 @@
 //!
 //! ## Cargo features
 //!
-//! - `conformance`: exposes [`cloud::conformance`], the checks a provider crate runs from its own tests.
+//! - `conformance`: exposes `cloud::conformance`, the checks a provider crate runs from its own tests.
 #![warn(missing_docs)]
 
 pub mod api;

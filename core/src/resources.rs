@@ -147,7 +147,7 @@ impl fmt::Display for ResourceName {
 
 /// A resource vector: CPU in millicores, everything else in base units.
 ///
-/// Slots below [`INLINE`] are an array. Later slots, when a vector has any, live in a boxed [`Sparse`]
+/// Slots below [`INLINE`] are an array. Later slots, when a vector has any, live in a boxed `Sparse`
 /// tail, so the common vector is the array and one null pointer: cloning it copies the array, and the
 /// arithmetic checks one pointer per operand before touching the tail.
 #[derive(Clone, PartialEq, Eq, Hash, Default)]

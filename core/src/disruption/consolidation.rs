@@ -514,7 +514,7 @@ impl<'a> Simulator<'a> {
         (best.into_iter().collect(), notes)
     }
 
-    /// Single-node consolidation: each candidate in turn ([`interleave`]d across pools, `first` the pools
+    /// Single-node consolidation: each candidate in turn (`interleave`d across pools, `first` the pools
     /// a previous pass did not reach), the first that can be deleted or replaced. `out_of_time` is asked
     /// before each candidate; once it answers true the rest are left for a later pass, and the pools not
     /// reached are kept ([`Simulator::take_unseen_pools`]).
