@@ -19,6 +19,14 @@
 //!   `ValidationSucceeded` and `Ready`), refreshed every minute; a deleted class stays until no NodeClaim
 //!   names it, then its launch templates are deleted. The interruption queue is the
 //!   `interruption-queue` setting.
+//! - `gcp` (with the `gcp` feature): Compute Engine, for GKE, through Application Default Credentials.
+//!   Its `GCENodeClass` objects are watched and fed to the provider the same way; while this replica
+//!   leads, each class gets the `karpenter.k8s.gcp/termination` finalizer and a status (resolved images;
+//!   `ValidationSucceeded`, `ImagesReady` and `Ready`), refreshed every minute; a deleted class stays
+//!   until no NodeClaim names it, then it is forgotten. Image families and aliases follow the API
+//!   server's version (its `/version` gitVersion, read every five minutes).
+//!
+//! The cloud providers' NodeClass controller is one for every kind: [`crate::node_classes`].
 //!
 //! The `providers` setting chooses among them; empty registers those that need no cloud account (kwok
 //! and self-managed): a cloud provider left unconfigured would only fail every call.
@@ -164,7 +172,7 @@ pub async fn register(
     }
     #[cfg(feature = "gcp")]
     if wanted(settings, "gcp") {
-        feeds.push(gcp(registry, settings, unavailable).await?);
+        feeds.push(gcp(registry, client, settings, unavailable, leading.clone()).await?);
     }
     let _ = (unavailable, leading);
     Ok(feeds)
@@ -179,9 +187,7 @@ async fn aws(
     unavailable: &Arc<UnavailableOfferings>,
     leading: tokio::sync::watch::Receiver<bool>,
 ) -> Result<Feed> {
-    use std::collections::BTreeSet;
-    use std::sync::Mutex;
-    use tenon_providers::aws::{AwsProvider, AwsSettings, EC2NodeClass};
+    use tenon_providers::aws::{AwsProvider, AwsSettings};
 
     let mut aws = AwsSettings::new(settings.cluster_name.clone());
     aws.interruption_queue = settings.interruption_queue.clone();
@@ -193,40 +199,18 @@ async fn aws(
     aws.reserved_capacity = settings.feature_gates.reserved_capacity();
     let provider = Arc::new(AwsProvider::new(aws).await.with_unavailable_offerings(unavailable.clone()));
     tracing::info!(region = provider.region(), "the aws provider");
-    tokio::spawn(kubernetes_version(provider.clone(), client.clone()));
+    // Until the API server's version is read, the provider asks EKS.
+    let versioned = provider.clone();
+    tokio::spawn(kubernetes_version(client.clone(), move |info| {
+        match tenon_providers::aws::ami::kubernetes_version(&info.major, &info.minor) {
+            Some(v) => versioned.set_kubernetes_version(&v),
+            None => {
+                tracing::warn!(major = %info.major, minor = %info.minor, "the API server's /version is not major.minor")
+            }
+        }
+    }));
     registry.register_arc(provider.clone()).context("registering the aws provider")?;
-    let known: Mutex<BTreeSet<String>> = Mutex::default();
-    let (to_reconcile, classes) = tokio::sync::watch::channel(Vec::new());
-    tokio::spawn(ec2_node_classes(provider.clone(), client.clone(), classes, leading));
-    Ok(Box::new(move |cluster: &mut KubeCluster| {
-        cluster.feed_node_classes::<EC2NodeClass>(move |classes| {
-            to_reconcile.send_replace(classes.clone());
-            let mut now = BTreeSet::new();
-            for class in classes {
-                let name = class.name_any();
-                match provider.apply_node_class(EC2NodeClass::clone(&class)) {
-                    Ok(()) => {
-                        now.insert(name);
-                    }
-                    Err(e) => {
-                        tracing::warn!(object = %format!("EC2NodeClass/{name}"), error = %e, "not launched from until it is fixed");
-                        provider.forget_node_class(&name);
-                    }
-                }
-            }
-            let mut known = known.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-            for gone in known.difference(&now) {
-                // Gone without the finalizer's clean-up (it was removed by hand, or never added).
-                let (provider, gone) = (provider.clone(), gone.clone());
-                tokio::spawn(async move {
-                    if let Err(e) = provider.delete_node_class(&gone).await {
-                        tracing::warn!(object = %format!("EC2NodeClass/{gone}"), error = %e, "deleting its launch templates");
-                    }
-                });
-            }
-            *known = now;
-        });
-    }))
+    Ok(crate::node_classes::feed(provider, client, leading))
 }
 
 /// The GCP provider, registered, and the watch feeding it its `GCENodeClass` objects. Its project and
@@ -235,10 +219,12 @@ async fn aws(
 #[cfg(feature = "gcp")]
 async fn gcp(
     registry: &mut ProviderRegistry,
+    client: &Client,
     settings: &Settings,
     unavailable: &Arc<UnavailableOfferings>,
+    leading: tokio::sync::watch::Receiver<bool>,
 ) -> Result<Feed> {
-    use tenon_providers::gcp::{GCENodeClass, GcpProvider, GcpSettings};
+    use tenon_providers::gcp::{GcpProvider, GcpSettings};
     let project = settings.project_id.clone().context("the gcp provider needs project-id (PROJECT_ID)")?;
     let location =
         settings.cluster_location.clone().context("the gcp provider needs cluster-location (CLUSTER_LOCATION)")?;
@@ -253,148 +239,34 @@ async fn gcp(
             .with_unavailable_offerings(unavailable.clone()),
     );
     tracing::info!(project = %provider.settings().project, region = %provider.settings().region, "the gcp provider");
+    // Until the API server's version is read, family and alias image terms do not resolve.
+    let versioned = provider.clone();
+    tokio::spawn(kubernetes_version(client.clone(), move |info| {
+        if let Err(e) = versioned.set_kubernetes_version(&info.git_version) {
+            tracing::warn!(error = %e, "the API server's /version gitVersion");
+        }
+    }));
     registry.register_arc(provider.clone()).context("registering the gcp provider")?;
-    Ok(Box::new(move |cluster: &mut KubeCluster| {
-        cluster.feed_node_classes::<GCENodeClass>(move |classes| {
-            for class in classes {
-                let name = class.name_any();
-                if let Err(e) = provider.apply_node_class(GCENodeClass::clone(&class)) {
-                    tracing::warn!(object = %format!("GCENodeClass/{name}"), error = %e, "not launched from until it is fixed");
-                    provider.forget_node_class(&name);
-                }
-            }
-        });
-    }))
+    Ok(crate::node_classes::feed(provider, client, leading))
 }
 
-/// How often the API server's version is read again (a control-plane upgrade moves AMI aliases to the
-/// new version's images).
-#[cfg(feature = "aws")]
+/// How often the API server's version is read again (a control-plane upgrade moves image aliases and
+/// families to the new version's images).
+#[cfg(any(feature = "aws", feature = "gcp"))]
 const VERSION_REFRESH: std::time::Duration = std::time::Duration::from_secs(5 * 60);
 
-/// Keeps the AWS provider's Kubernetes version (which pins AMI aliases) at the API server's, read at
-/// once and every [`VERSION_REFRESH`]. A read that fails keeps the version known; until one succeeds the
-/// provider asks EKS.
-#[cfg(feature = "aws")]
-async fn kubernetes_version(provider: Arc<tenon_providers::aws::AwsProvider>, client: Client) {
+/// Keeps a provider's Kubernetes version (which pins image aliases and families) at the API server's:
+/// `set` is given its `/version`, read at once and every [`VERSION_REFRESH`]. A read that fails keeps the
+/// version known.
+#[cfg(any(feature = "aws", feature = "gcp"))]
+async fn kubernetes_version(client: Client, set: impl Fn(&k8s_openapi::apimachinery::pkg::version::Info) + Send) {
     loop {
         match client.apiserver_version().await {
-            Ok(info) => match tenon_providers::aws::ami::kubernetes_version(&info.major, &info.minor) {
-                Some(v) => provider.set_kubernetes_version(&v),
-                None => {
-                    tracing::warn!(major = %info.major, minor = %info.minor, "the API server's /version is not major.minor")
-                }
-            },
+            Ok(info) => set(&info),
             Err(e) => tracing::warn!(error = %e, "reading the API server's version"),
         }
         tokio::time::sleep(VERSION_REFRESH).await;
     }
-}
-
-/// How often each `EC2NodeClass` status is refreshed when nothing changed (subnets fill up, AMIs are
-/// published), and how soon a failed write or a class waiting for its claims to go is tried again.
-#[cfg(feature = "aws")]
-const NODE_CLASS_RESYNC: std::time::Duration = std::time::Duration::from_secs(60);
-#[cfg(feature = "aws")]
-const NODE_CLASS_RETRY: std::time::Duration = std::time::Duration::from_secs(5);
-
-/// The `EC2NodeClass` controller, as Karpenter's AWS provider runs one: each class gets the
-/// `karpenter.k8s.aws/termination` finalizer and its status (what its terms resolve to, and the
-/// conditions); a deleted class keeps its finalizer until no NodeClaim names it, then its launch
-/// templates are deleted and the finalizer removed. It writes only while this replica leads.
-#[cfg(feature = "aws")]
-async fn ec2_node_classes(
-    provider: Arc<tenon_providers::aws::AwsProvider>,
-    client: Client,
-    mut classes: tokio::sync::watch::Receiver<Vec<Arc<tenon_providers::aws::EC2NodeClass>>>,
-    mut leading: tokio::sync::watch::Receiver<bool>,
-) {
-    loop {
-        if !*leading.borrow_and_update() {
-            tokio::select! {
-                changed = leading.changed() => if changed.is_err() { return },
-                changed = classes.changed() => if changed.is_err() { return },
-            }
-            continue;
-        }
-        let current = classes.borrow_and_update().clone();
-        let mut again = NODE_CLASS_RESYNC;
-        for class in current {
-            let object = format!("EC2NodeClass/{}", class.name_any());
-            match reconcile_ec2_node_class(&provider, &client, &class).await {
-                Ok(true) => {}
-                Ok(false) => again = NODE_CLASS_RETRY,
-                Err(e) => {
-                    tracing::warn!(%object, error = format!("{e:#}"), "reconciling; tried again shortly");
-                    again = NODE_CLASS_RETRY;
-                }
-            }
-        }
-        tokio::select! {
-            changed = classes.changed() => if changed.is_err() { return },
-            changed = leading.changed() => if changed.is_err() { return },
-            _ = tokio::time::sleep(again) => {}
-        }
-    }
-}
-
-/// One pass over one `EC2NodeClass`; `Ok(false)` when it waits for something (its claims to go).
-#[cfg(feature = "aws")]
-async fn reconcile_ec2_node_class(
-    provider: &tenon_providers::aws::AwsProvider,
-    client: &Client,
-    class: &tenon_providers::aws::EC2NodeClass,
-) -> Result<bool> {
-    use kube::api::{Patch, PatchParams};
-    use tenon_providers::aws::EC2NodeClass;
-    use tenon_providers::aws::nodeclass::FINALIZER;
-    let api = Api::<EC2NodeClass>::all(client.clone());
-    let name = class.name_any();
-    let finalizers = class.metadata.finalizers.clone().unwrap_or_default();
-    let has_finalizer = finalizers.iter().any(|f| f == FINALIZER);
-    let params = PatchParams::default();
-    let version = class.metadata.resource_version.clone();
-    if class.metadata.deletion_timestamp.is_some() {
-        if !has_finalizer {
-            return Ok(true);
-        }
-        let claims = Api::<tenon_core::api::NodeClaim>::all(client.clone())
-            .list(&ListParams::default())
-            .await
-            .context("listing NodeClaims")?;
-        let users = claims
-            .items
-            .iter()
-            .filter(|c| {
-                c.spec.node_class_ref.as_ref().is_some_and(|r| {
-                    r.group == tenon_providers::aws::nodeclass::GROUP
-                        && r.kind == tenon_providers::aws::nodeclass::KIND
-                        && r.name == name
-                })
-            })
-            .count();
-        if users > 0 {
-            tracing::info!(object = %format!("EC2NodeClass/{name}"), claims = users, "deleted; waiting for its NodeClaims to go");
-            return Ok(false);
-        }
-        provider.delete_node_class(&name).await.context("deleting its launch templates")?;
-        let rest: Vec<&String> = finalizers.iter().filter(|f| *f != FINALIZER).collect();
-        let patch = serde_json::json!({"metadata": {"resourceVersion": version, "finalizers": rest}});
-        api.patch(&name, &params, &Patch::Merge(&patch)).await.context("removing the finalizer")?;
-        return Ok(true);
-    }
-    if !has_finalizer {
-        let mut all = finalizers.clone();
-        all.push(FINALIZER.to_owned());
-        let patch = serde_json::json!({"metadata": {"resourceVersion": version, "finalizers": all}});
-        api.patch(&name, &params, &Patch::Merge(&patch)).await.context("adding the finalizer")?;
-    }
-    let status = provider.node_class_status(class).await;
-    if class.status.as_ref() != Some(&status) {
-        let patch = serde_json::json!({"status": status});
-        api.patch_status(&name, &params, &Patch::Merge(&patch)).await.context("writing the status")?;
-    }
-    Ok(true)
 }
 
 /// The self-managed inventory as the cluster has it now: the `SelfManagedNodeClass` objects, the BMC

@@ -20,6 +20,7 @@ mod cli;
 pub mod kube;
 pub mod kwok;
 pub mod metrics;
+pub mod node_classes;
 pub mod plan;
 pub mod report;
 pub mod run;

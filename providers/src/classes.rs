@@ -52,6 +52,14 @@ impl<C, S> ClassStore<C, S> {
         self.resolved.get(name).map(|(_, s)| s.clone())
     }
 
+    /// Drops every resolution (what they followed changed), keeping the last ones readable by
+    /// [`Self::last`] until each class resolves again.
+    pub fn expire_all(&mut self) {
+        for (at, _) in self.resolved.values_mut() {
+            *at = Timestamp::MIN;
+        }
+    }
+
     /// Records class `name`'s resolution, made `at`.
     pub fn remember(&mut self, name: &str, at: Timestamp, status: Arc<S>) {
         self.resolved.insert(name.to_owned(), (at, status));

@@ -102,6 +102,16 @@ impl Env {
         c
     }
 
+    /// Another provider on the same fake, its settings changed by `f`, with the class `extra` applied.
+    async fn provider_with(&self, f: impl FnOnce(&mut GcpSettings), extra: serde_json::Value) -> GcpProvider {
+        let mut s = self.provider.settings().clone();
+        f(&mut s);
+        let anonymous = google_cloud_auth::credentials::anonymous::Builder::new().build();
+        let p = GcpProvider::new(s, Some(anonymous)).await.unwrap();
+        p.apply_node_class(class(extra)).unwrap();
+        p
+    }
+
     fn fail(&self, machine: &str, zone: &str, fault: fake::Fault) {
         self.world.lock().unwrap().faults.push((machine.into(), zone.into(), fault));
     }
@@ -388,4 +398,325 @@ async fn nodes_join_gke_with_a_node_pools_bootstrap_rewritten_for_the_claim() {
     bare.apply_node_class(class(json!({}))).unwrap();
     let err = bare.create(&env.claim("join-2", vec![]), &LaunchOptions::default()).await.unwrap_err();
     assert!(matches!(err, CloudError::NodeClassNotReady(ref m) if m.contains("GKE cluster no-pools")), "{err}");
+}
+
+/// An image as Compute Engine describes one.
+fn image(project: &str, name: &str, arm: bool, created: &str) -> (String, serde_json::Value) {
+    (
+        format!("{project}/{name}"),
+        json!({"kind": "compute#image", "id": "8", "name": name, "status": "READY", "creationTimestamp": created,
+            "architecture": if arm { "ARM64" } else { "X86_64" },
+            "selfLink": format!("https://www.googleapis.com/compute/v1/projects/{project}/global/images/{name}")}),
+    )
+}
+
+fn metadata_of(body: &serde_json::Value) -> std::collections::BTreeMap<String, String> {
+    body["metadata"]["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| (i["key"].as_str().unwrap().to_owned(), i["value"].as_str().unwrap().to_owned()))
+        .collect()
+}
+
+/// Image families resolve to GKE's node images of the cluster's version: Container-Optimized OS boots
+/// machines without GPUs from its plain build and GPU machines from its NVIDIA build; an upgrade of the
+/// cluster moves the family to the new build, and nodes of the old one drift. Ubuntu resolves one image
+/// per architecture. A release channel takes the build GKE's server config promotes for the cluster's
+/// minor (`cluster`: the channel the cluster is enrolled in), and only that build.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn image_families_follow_the_clusters_version_to_gkes_node_images() {
+    let env = Env::new("images").await;
+    {
+        let mut w = env.world.lock().unwrap();
+        for (name, arm) in [
+            ("gke-1335-gke1080000-cos-121-18867-199-28-c-pre", false),
+            ("gke-1335-gke1080000-cos-arm64-121-18867-199-28-c-pre", true),
+            ("gke-1335-gke1080000-cos-121-18867-199-28-c-nvda", false),
+            ("gke-1335-gke1080000-cos-121-18867-199-28-gvisor-c-pre", false),
+            ("gke-1340-gke1000000-cos-125-19216-104-126-c-pre", false),
+        ] {
+            let (k, v) = image("gke-node-images", name, arm, "2026-10-01T00:00:00.000-07:00");
+            w.images.insert(k, v);
+        }
+        for (name, arm) in
+            [("ubuntu-gke-2404-1-33-amd64-v20260416", false), ("ubuntu-gke-2404-1-33-arm64-v20260416", true)]
+        {
+            let (k, v) = image("ubuntu-os-gke-cloud", name, arm, "2026-04-16T00:00:00.000-07:00");
+            w.images.insert(k, v);
+        }
+    }
+    let cos = json!({"imageSelectorTerms": [{"family": "ContainerOptimizedOS", "version": "latest"}]});
+    let provider = env.provider_with(|_| {}, cos.clone()).await;
+    let cpu = env.claim("cos-cpu", vec![req(labels::INSTANCE_TYPE, &["n2-standard-8"])]);
+    let err = provider.create(&cpu, &LaunchOptions::default()).await.unwrap_err();
+    assert!(matches!(err, CloudError::NodeClassNotReady(ref m) if m.contains("Kubernetes version")), "{err}");
+
+    provider.set_kubernetes_version("v1.33.5-gke.1080000").unwrap();
+    let i = provider.create(&cpu, &LaunchOptions::default()).await.unwrap();
+    let source = |w: &fake::World| w.inserted.last().unwrap()["disks"][0]["initializeParams"]["sourceImage"].clone();
+    let plain = "projects/gke-node-images/global/images/gke-1335-gke1080000-cos-121-18867-199-28-c-pre";
+    assert_eq!(source(&env.world.lock().unwrap()), plain);
+    assert_eq!(i.image_id.as_deref(), Some(plain));
+    let gpu = env.claim("cos-gpu", vec![req(labels::INSTANCE_TYPE, &["g2-standard-24"])]);
+    provider.create(&gpu, &LaunchOptions::default()).await.unwrap();
+    assert_eq!(
+        source(&env.world.lock().unwrap()),
+        "projects/gke-node-images/global/images/gke-1335-gke1080000-cos-121-18867-199-28-c-nvda"
+    );
+
+    // The cluster is upgraded and GKE publishes the new build: the family follows, the old node drifts.
+    {
+        let (k, v) = image(
+            "gke-node-images",
+            "gke-1336-gke1010000-cos-121-18867-230-4-c-pre",
+            false,
+            "2026-11-20T00:00:00.000-07:00",
+        );
+        env.world.lock().unwrap().images.insert(k, v);
+    }
+    let mut cpu = with_provider_id(cpu, &i.provider_id);
+    cpu.status.as_mut().unwrap().image_id = i.image_id.clone();
+    assert_eq!(provider.is_drifted(&cpu).await.unwrap(), None);
+    provider.set_kubernetes_version("v1.33.6-gke.1010000").unwrap();
+    assert_eq!(provider.is_drifted(&cpu).await.unwrap().unwrap().0, "ImageDrift");
+    // The new build has no NVIDIA variant: GPU machines boot its plain image.
+    let types = provider.instance_types(&env.pool()).await.unwrap();
+    assert!(types.iter().any(|t| t.name == "g2-standard-24"), "GPU machines stay offered on the plain build");
+    provider
+        .create(
+            &env.claim("cos-gpu-2", vec![req(labels::INSTANCE_TYPE, &["g2-standard-24"])]),
+            &LaunchOptions::default(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        source(&env.world.lock().unwrap()),
+        "projects/gke-node-images/global/images/gke-1336-gke1010000-cos-121-18867-230-4-c-pre"
+    );
+
+    let ubuntu = env.provider_with(|_| {}, json!({"imageSelectorTerms": [{"alias": "Ubuntu@latest"}]})).await;
+    ubuntu.set_kubernetes_version("v1.33.5-gke.1080000").unwrap();
+    ubuntu
+        .create(&env.claim("ubuntu-1", vec![req(labels::INSTANCE_TYPE, &["e2-standard-4"])]), &LaunchOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(
+        source(&env.world.lock().unwrap()),
+        "projects/ubuntu-os-gke-cloud/global/images/ubuntu-gke-2404-1-33-amd64-v20260416"
+    );
+
+    // Release channels, from GKE's server config: STABLE promotes an older build of the minor, which
+    // has images; REGULAR (the cluster's channel) the cluster's own; RAPID one without images yet.
+    {
+        let mut w = env.world.lock().unwrap();
+        w.gke_server_config = Some(json!({
+            "defaultClusterVersion": "1.33.5-gke.1080000",
+            "channels": [
+                {"channel": "STABLE", "defaultVersion": "1.33.4-gke.900", "validVersions": ["1.33.4-gke.900"]},
+                {"channel": "REGULAR", "defaultVersion": "1.33.5-gke.1080000", "validVersions": ["1.33.5-gke.1080000"]},
+                {"channel": "RAPID", "defaultVersion": "1.34.1-gke.100", "validVersions": ["1.34.1-gke.100", "1.33.5-gke.1090000"]}
+            ]
+        }));
+        w.gke_clusters.insert("images".into(), json!({"name": "images", "releaseChannel": {"channel": "REGULAR"}}));
+        let (k, v) = image(
+            "gke-node-images",
+            "gke-1334-gke900-cos-121-18867-150-1-c-pre",
+            false,
+            "2026-09-01T00:00:00.000-07:00",
+        );
+        w.images.insert(k, v);
+    }
+    let on = |channel: &str| json!({"imageSelectorTerms": [{"family": "ContainerOptimizedOS", "channel": channel}]});
+    let stable = env.provider_with(|_| {}, on("stable")).await;
+    stable.set_kubernetes_version("v1.33.5-gke.1080000").unwrap();
+    stable
+        .create(&env.claim("stable-1", vec![req(labels::INSTANCE_TYPE, &["e2-standard-4"])]), &LaunchOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(
+        source(&env.world.lock().unwrap()),
+        "projects/gke-node-images/global/images/gke-1334-gke900-cos-121-18867-150-1-c-pre"
+    );
+    let own = env.provider_with(|_| {}, on("cluster")).await;
+    own.set_kubernetes_version("v1.33.5-gke.1080000").unwrap();
+    own.create(&env.claim("own-1", vec![req(labels::INSTANCE_TYPE, &["e2-standard-4"])]), &LaunchOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(source(&env.world.lock().unwrap()), plain, "the cluster's channel, REGULAR");
+    let rapid = env.provider_with(|_| {}, on("rapid")).await;
+    rapid.set_kubernetes_version("v1.33.5-gke.1100000").unwrap();
+    let err = rapid.create(&env.claim("rapid-1", vec![]), &LaunchOptions::default()).await.unwrap_err();
+    assert!(
+        matches!(err, CloudError::NodeClassNotReady(ref m) if m.contains("spec.imageSelectorTerms[0]") && m.contains("1.33.5")),
+        "RAPID's 1.33.5-gke.1090000 has no images: {err}"
+    );
+    env.world.lock().unwrap().gke_clusters.insert("images".into(), json!({"name": "images"}));
+    let unenrolled = env.provider_with(|_| {}, on("cluster")).await;
+    unenrolled.set_kubernetes_version("v1.33.5-gke.1080000").unwrap();
+    let err = unenrolled.create(&env.claim("own-2", vec![]), &LaunchOptions::default()).await.unwrap_err();
+    assert!(matches!(err, CloudError::NodeClassNotReady(ref m) if m.contains("no release channel")), "{err}");
+}
+
+/// N1 machines take T4s attached (`guestAccelerators`) in the zones whose acceleratorTypes list them, as
+/// `n1-standard-16.<n>xnvidia-tesla-t4` instance types with their GPUs counted. The bundled table prices
+/// no attachable GPU, so they are not offered until a price file prices it; then a launch asks for the
+/// machine with its GPUs, which cannot live-migrate, and reads back as the same instance type.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn n1_machines_with_t4s_attached_are_offered_launched_and_read_back() {
+    let env = Env::new("n1").await;
+    {
+        let mut w = env.world.lock().unwrap();
+        for zone in ["us-central1-a", "us-central1-b"] {
+            w.machine_types.get_mut(zone).unwrap().push(machine_type("n1-standard-16", zone, 16, 61_440, None));
+        }
+        // T4s in zone a only (and a GPU N1 machines cannot take, ignored).
+        w.accelerator_types.insert(
+            "us-central1-a".into(),
+            vec![
+                json!({"kind": "compute#acceleratorType", "id": "1", "name": "nvidia-tesla-t4", "zone": "us-central1-a",
+                    "description": "NVIDIA T4", "maximumCardsPerInstance": 4}),
+                json!({"kind": "compute#acceleratorType", "id": "2", "name": "nvidia-l4", "zone": "us-central1-a",
+                    "description": "NVIDIA L4", "maximumCardsPerInstance": 8}),
+            ],
+        );
+    }
+    let four = "n1-standard-16.4xnvidia-tesla-t4";
+    let types = env.provider.instance_types(&env.pool()).await.unwrap();
+    let t4 = types.iter().find(|t| t.name == four).expect("n1 + 4 T4s");
+    assert_eq!(t4.capacity.get(ResourceName::NVIDIA_GPU), 4);
+    assert_eq!(t4.labels["cloud.google.com/gke-accelerator"], "nvidia-tesla-t4");
+    assert_eq!(t4.labels["karpenter.k8s.gcp/instance-family"], "n1");
+    let zones: Vec<&str> = t4.offerings.iter().map(|o| o.zone.as_str()).collect();
+    assert_eq!(zones, ["us-central1-a", "us-central1-a"], "spot and on-demand where the T4s are");
+    assert!(t4.offerings.iter().all(|o| !o.available), "no GPU price, not offered: {:?}", t4.offerings);
+    let names: Vec<&str> =
+        types.iter().filter(|t| t.name.starts_with("n1-standard-16.")).map(|t| t.name.as_str()).collect();
+    assert_eq!(names.len(), 3, "one, two and four T4s: {names:?}");
+
+    // A price file of the operator's own prices the GPU (a figure of the test's, not a published price).
+    let file = std::env::temp_dir().join(format!("tenon-gcp-prices-{}.csv", std::process::id()));
+    std::fs::write(
+        &file,
+        "region,machine_type,on_demand_usd_per_hour,spot_usd_per_hour\nus-central1,nvidia-tesla-t4,0.5,0.2\n",
+    )
+    .unwrap();
+    let priced = env.provider_with(|s| s.price_file = Some(file.clone()), json!({})).await;
+    let types = priced.instance_types(&env.pool()).await.unwrap();
+    let t4 = types.iter().find(|t| t.name == four).unwrap();
+    let base = types.iter().find(|t| t.name == "n1-standard-16").unwrap();
+    let od = |t: &tenon_core::cloud::InstanceType| t.offering("us-central1-a", CapacityType::OnDemand).unwrap().price;
+    assert!((od(t4) - (od(base) + 2.0)).abs() < 1e-9, "{} vs {}", od(t4), od(base));
+    assert!(t4.offerings.iter().all(|o| o.available));
+
+    let claim =
+        env.claim("t4-1", vec![req(labels::INSTANCE_TYPE, &[four]), req(labels::CAPACITY_TYPE, &["on-demand"])]);
+    let i = priced.create(&claim, &LaunchOptions::default()).await.unwrap();
+    assert_eq!((i.instance_type.as_str(), i.zone.as_str()), (four, "us-central1-a"));
+    let body = env.world.lock().unwrap().inserted.last().cloned().unwrap();
+    assert_eq!(body["machineType"], "zones/us-central1-a/machineTypes/n1-standard-16");
+    assert_eq!(
+        body["guestAccelerators"],
+        json!([{"acceleratorType": "zones/us-central1-a/acceleratorTypes/nvidia-tesla-t4", "acceleratorCount": 4}])
+    );
+    assert_eq!(body["scheduling"]["onHostMaintenance"], "TERMINATE");
+    let read = priced.get(&i.provider_id).await.unwrap();
+    assert_eq!(read.instance_type, four);
+    assert_eq!(read.capacity.get(ResourceName::NVIDIA_GPU), 4);
+    std::fs::remove_file(&file).unwrap();
+}
+
+/// Host maintenance announced for an instance that cannot live-migrate (a GPU machine) is a scheduled
+/// change, reported once per window; one that live-migrates is not reported.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn host_maintenance_of_instances_that_cannot_migrate_is_a_scheduled_change() {
+    use tenon_core::cloud::InterruptionKind;
+    let env = Env::new("maintenance").await;
+    let od = |t: &str| vec![req(labels::INSTANCE_TYPE, &[t]), req(labels::CAPACITY_TYPE, &["on-demand"])];
+    let gpu = env.provider.create(&env.claim("gpu-1", od("g2-standard-24")), &LaunchOptions::default()).await.unwrap();
+    let cpu = env.provider.create(&env.claim("cpu-1", od("n2-standard-8")), &LaunchOptions::default()).await.unwrap();
+    assert!(env.provider.interruptions().await.unwrap().is_empty());
+    let window = |start: &str| json!({"upcomingMaintenance": {"type": "SCHEDULED", "maintenanceStatus": "PENDING", "canReschedule": true, "windowStartTime": start}});
+    {
+        let mut w = env.world.lock().unwrap();
+        for pid in [&gpu.provider_id, &cpu.provider_id] {
+            let (_, zone, name) = tenon_providers::gcp::parse_provider_id(pid).unwrap();
+            let i = w.instances.get_mut(&(zone.to_owned(), name.to_owned())).unwrap();
+            i["status"] = json!("RUNNING");
+            i["resourceStatus"] = window("2026-12-02T10:00:00Z");
+        }
+    }
+    let got = env.provider.interruptions().await.unwrap();
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert_eq!(
+        (got[0].provider_id.as_str(), got[0].kind),
+        (gpu.provider_id.as_str(), InterruptionKind::ScheduledChange)
+    );
+    assert!(env.provider.interruptions().await.unwrap().is_empty(), "reported once");
+    {
+        let mut w = env.world.lock().unwrap();
+        let (_, zone, name) = tenon_providers::gcp::parse_provider_id(&gpu.provider_id).unwrap();
+        w.instances.get_mut(&(zone.to_owned(), name.to_owned())).unwrap()["resourceStatus"] =
+            window("2026-12-09T10:00:00Z");
+    }
+    assert_eq!(env.provider.interruptions().await.unwrap().len(), 1, "a new window is new");
+}
+
+/// Without the GKE bootstrap, nodes join with the class's own startup script, which reads the node's
+/// labels, taints and pods from the instance's metadata; a class without one is not ready, naming the
+/// field, and with the GKE bootstrap a class's own startup script is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bootstrap_of_ones_own_gets_the_nodes_settings_in_metadata() {
+    let env = Env::new("own").await;
+    let script = json!({"metadata": {"startup-script": "#!/bin/bash\n/opt/join.sh"}});
+    let own = env.provider_with(|s| s.gke_bootstrap = false, script.clone()).await;
+    let mut claim = env.claim("own-1", vec![req(labels::INSTANCE_TYPE, &["e2-standard-4"])]);
+    claim.spec.startup_taints = vec![k8s_openapi::api::core::v1::Taint {
+        key: "cilium.io/agent-not-ready".into(),
+        value: Some("true".into()),
+        effect: "NoExecute".into(),
+        time_added: None,
+    }];
+    own.create(&claim, &LaunchOptions::default()).await.unwrap();
+    let md = metadata_of(&env.world.lock().unwrap().inserted.last().cloned().unwrap());
+    assert_eq!(md["startup-script"], "#!/bin/bash\n/opt/join.sh");
+    assert!(!md.contains_key("kube-env"), "no GKE bootstrap");
+    assert!(md["karpenter-node-labels"].contains("karpenter.sh/nodepool=default"), "{}", md["karpenter-node-labels"]);
+    assert!(md["karpenter-node-labels"].contains("karpenter.sh/capacity-type=spot"));
+    assert_eq!(
+        md["karpenter-node-taints"],
+        "cilium.io/agent-not-ready=true:NoExecute,karpenter.sh/unregistered=true:NoExecute"
+    );
+    assert_eq!(md["karpenter-max-pods"], "110");
+
+    let bare = env.provider_with(|s| s.gke_bootstrap = false, json!({})).await;
+    let err = bare.create(&env.claim("own-2", vec![]), &LaunchOptions::default()).await.unwrap_err();
+    assert!(
+        matches!(err, CloudError::NodeClassNotReady(ref m) if m.contains("spec.metadata") && m.contains("startup-script")),
+        "{err}"
+    );
+    let gke = env.provider_with(|_| {}, script).await;
+    let err = gke.create(&env.claim("own-3", vec![]), &LaunchOptions::default()).await.unwrap_err();
+    assert!(matches!(err, CloudError::NodeClassNotReady(ref m) if m.contains("spec.metadata.startup-script")), "{err}");
+    let mut reserved = class(json!({"metadata": {"karpenter-node-labels": "x=y"}}));
+    reserved.metadata.name = Some("reserved".into());
+    assert!(own.apply_node_class(reserved).is_err(), "the node's settings are the provider's to write");
+}
+
+/// A node whose subnetwork is no longer the one new nodes get (the settings or the node pool moved)
+/// drifts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_on_another_subnetwork_drifts() {
+    let env = Env::new("subnet").await;
+    let claim = env.claim("net-1", vec![req(labels::INSTANCE_TYPE, &["e2-standard-4"])]);
+    let i = env.provider.create(&claim, &LaunchOptions::default()).await.unwrap();
+    let claim = with_provider_id(claim, &i.provider_id);
+    assert_eq!(env.provider.is_drifted(&claim).await.unwrap(), None);
+    let moved = env
+        .provider_with(
+            |s| s.subnetwork = Some(format!("projects/{PROJECT}/regions/{REGION}/subnetworks/nodes-2")),
+            json!({}),
+        )
+        .await;
+    assert_eq!(moved.is_drifted(&claim).await.unwrap().unwrap().0, "SubnetworkDrift");
 }

@@ -131,13 +131,74 @@ pub struct NodeFacts<'a> {
     pub max_pods: i64,
 }
 
+impl NodeFacts<'_> {
+    /// The labels as the kubelet's `--node-labels` takes them: `k=v,k=v`.
+    pub fn kubelet_labels(&self) -> String {
+        self.labels.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(",")
+    }
+
+    /// The taints as the kubelet's `--register-with-taints` takes them (`k=v:Effect,…`), with
+    /// `karpenter.sh/unregistered=true:NoExecute`, which the node keeps until it registers.
+    pub fn kubelet_taints(&self) -> String {
+        let mut taints: Vec<String> = self
+            .taints
+            .iter()
+            .map(|t| format!("{}={}:{}", t.key, t.value.clone().unwrap_or_default(), t.effect))
+            .collect();
+        if !self.taints.iter().any(|t| t.key == tenon_core::api::labels::UNREGISTERED_TAINT) {
+            taints.push(format!("{}=true:NoExecute", tenon_core::api::labels::UNREGISTERED_TAINT));
+        }
+        taints.join(",")
+    }
+}
+
+/// Metadata keys a bootstrap of one's own reads the node's settings from (the metadata server's
+/// `instance/attributes/<key>`): its labels (`--node-labels` form), taints (`--register-with-taints`
+/// form, with `karpenter.sh/unregistered`) and pods (`--max-pods`).
+pub const OWN_BOOTSTRAP_FACTS: [&str; 3] = ["karpenter-node-labels", "karpenter-node-taints", "karpenter-max-pods"];
+
+/// Metadata keys that carry a bootstrap of one's own: the class sets one of them when nodes do not join
+/// GKE, and neither when they do (GKE's node pool template writes them).
+pub const OWN_BOOTSTRAP_KEYS: [&str; 2] = ["startup-script", "user-data"];
+
+/// The instance metadata of a node that boots with a bootstrap of one's own (Kubernetes of one's own on
+/// Compute Engine): the class's metadata, which must hold a `startup-script` or `user-data`, and the
+/// node's settings under [`OWN_BOOTSTRAP_FACTS`]. An error names the field when the class has no
+/// bootstrap.
+pub fn own_metadata(
+    node: &NodeFacts<'_>,
+    class: &BTreeMap<String, String>,
+) -> Result<BTreeMap<String, String>, String> {
+    if !OWN_BOOTSTRAP_KEYS.iter().any(|k| class.contains_key(*k)) {
+        return Err("spec.metadata: without the GKE bootstrap, nodes join with a startup-script or user-data of the \
+             class's own, and it has neither"
+            .into());
+    }
+    let mut out = class.clone();
+    out.insert(OWN_BOOTSTRAP_FACTS[0].into(), node.kubelet_labels());
+    out.insert(OWN_BOOTSTRAP_FACTS[1].into(), node.kubelet_taints());
+    out.insert(OWN_BOOTSTRAP_FACTS[2].into(), node.max_pods.to_string());
+    Ok(out)
+}
+
+/// Refuses a class's own bootstrap (`startup-script`, `user-data`) when nodes join GKE, naming the field.
+pub fn gke_class_metadata(class: &BTreeMap<String, String>) -> Result<(), String> {
+    match OWN_BOOTSTRAP_KEYS.iter().find(|k| class.contains_key(**k)) {
+        Some(k) => {
+            Err(format!("spec.metadata.{k}: the GKE bootstrap writes it (set it only without the GKE bootstrap)"))
+        }
+        None => Ok(()),
+    }
+}
+
 /// A value of `KUBELET_ARGS` (or kube-env) quoted as GKE writes it: in double quotes.
 fn unquote(v: &str) -> &str {
     v.trim().trim_matches('"').trim_matches('\'')
 }
 
 /// The instance metadata of a node built from `template`: the copied keys, `kube-env` and `kube-labels`
-/// rewritten for `node`, then the class's own `extra` keys.
+/// rewritten for `node`, then the class's own `extra` keys (which hold no bootstrap key: see
+/// [`gke_class_metadata`]).
 pub fn node_metadata(
     template: &NodePoolTemplate,
     node: &NodeFacts<'_>,
@@ -145,12 +206,8 @@ pub fn node_metadata(
 ) -> BTreeMap<String, String> {
     let mut out: BTreeMap<String, String> =
         COPIED_KEYS.iter().filter_map(|k| Some(((*k).to_owned(), template.metadata.get(*k)?.clone()))).collect();
-    let labels = node.labels.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(",");
-    let mut taints: Vec<String> =
-        node.taints.iter().map(|t| format!("{}={}:{}", t.key, t.value.clone().unwrap_or_default(), t.effect)).collect();
-    if !node.taints.iter().any(|t| t.key == tenon_core::api::labels::UNREGISTERED_TAINT) {
-        taints.push(format!("{}=true:NoExecute", tenon_core::api::labels::UNREGISTERED_TAINT));
-    }
+    let labels = node.kubelet_labels();
+    let taints = node.kubelet_taints();
     let mut env = parse_kube_env(template.metadata.get("kube-env").map(String::as_str).unwrap_or_default());
     let mut kubelet_args_seen = false;
     for (k, v) in &mut env {
@@ -169,15 +226,14 @@ pub fn node_metadata(
                     .collect();
                 args.push(format!("--max-pods={}", node.max_pods));
                 args.push(format!("--node-labels={labels}"));
-                args.push(format!("--register-with-taints={}", taints.join(",")));
+                args.push(format!("--register-with-taints={taints}"));
                 *v = format!("\"{}\"", args.join(" "));
             }
             _ => {}
         }
     }
     if !kubelet_args_seen {
-        let args =
-            format!("--max-pods={} --node-labels={labels} --register-with-taints={}", node.max_pods, taints.join(","));
+        let args = format!("--max-pods={} --node-labels={labels} --register-with-taints={taints}", node.max_pods);
         env.push(("KUBELET_ARGS".into(), format!("\"{args}\"")));
     }
     out.insert("kube-env".into(), render_kube_env(&env));

@@ -98,6 +98,61 @@ impl MachineShape {
     }
 }
 
+/// A GPU Compute Engine attaches to N1 machines through `guestAccelerators`: the counts it comes in and,
+/// for each count, the most vCPUs and memory (GiB) the machine may have, as Compute Engine's GPU
+/// documentation lists them (cloud.google.com/compute/docs/gpus, "N1 machine series").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Attachable {
+    /// The accelerator type (`nvidia-tesla-t4`).
+    pub model: &'static str,
+    /// (GPUs, most vCPUs, most GiB of memory).
+    pub counts: &'static [(i64, i64, i64)],
+}
+
+/// The GPUs N1 machines can have attached.
+pub const ATTACHABLE: [Attachable; 4] = [
+    Attachable { model: "nvidia-tesla-t4", counts: &[(1, 48, 312), (2, 48, 312), (4, 96, 624)] },
+    Attachable { model: "nvidia-tesla-v100", counts: &[(1, 12, 78), (2, 24, 156), (4, 48, 312), (8, 96, 624)] },
+    Attachable { model: "nvidia-tesla-p100", counts: &[(1, 16, 104), (2, 32, 208), (4, 64, 208)] },
+    Attachable { model: "nvidia-tesla-p4", counts: &[(1, 24, 156), (2, 48, 312), (4, 96, 624)] },
+];
+
+/// The instance type of machine type `machine` with `count` GPUs of `model` attached:
+/// `n1-standard-16.4xnvidia-tesla-t4`. Machine type names never hold a `.`, so the name reads back
+/// unambiguously ([`split_attached`]) and is a valid label value.
+pub fn attached_name(machine: &str, count: i64, model: &str) -> String {
+    format!("{machine}.{count}x{model}")
+}
+
+/// An instance type's machine type, and the GPUs attached to it if any (`n1-standard-16.4xnvidia-tesla-t4`
+/// → `n1-standard-16`, 4 × `nvidia-tesla-t4`).
+pub fn split_attached(name: &str) -> (&str, Option<(i64, &str)>) {
+    let Some((machine, gpus)) = name.split_once('.') else { return (name, None) };
+    match gpus.split_once('x').and_then(|(n, model)| Some((n.parse::<i64>().ok()?, model))) {
+        Some((n, model)) if n > 0 && !model.is_empty() => (machine, Some((n, model))),
+        _ => (name, None),
+    }
+}
+
+/// The shapes of `base` with each allowed count of `gpu` (up to `max_cards`, the accelerator type's
+/// `maximumCardsPerInstance`) attached: none unless `base` is an N1 standard, high-memory or high-CPU
+/// machine within the count's vCPU and memory limits.
+pub fn attached_shapes(base: &MachineShape, gpu: &Attachable, max_cards: i64) -> Vec<MachineShape> {
+    let (family, shape, _, _) = name_parts(&base.name);
+    if family != "n1" || base.shared_cpu || !matches!(shape.as_str(), "standard" | "highmem" | "highcpu") {
+        return Vec::new();
+    }
+    gpu.counts
+        .iter()
+        .filter(|(n, cpus, gib)| *n <= max_cards && base.vcpu <= *cpus && base.memory_mib <= gib * 1024)
+        .map(|(n, _, _)| MachineShape {
+            name: attached_name(&base.name, *n, gpu.model),
+            accelerators: vec![(gpu.model.to_owned(), *n)],
+            ..base.clone()
+        })
+        .collect()
+}
+
 /// What of a `GCENodeClass` shapes an instance type: its disks and its kubelet configuration.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct NodeShape {
@@ -209,7 +264,7 @@ pub fn instance_type(shape: &MachineShape, node: &NodeShape, offerings: Vec<Offe
 
 /// The labels every instance of `shape` carries.
 pub fn shape_labels(shape: &MachineShape) -> BTreeMap<String, String> {
-    let (family, machine_shape, size, generation) = name_parts(&shape.name);
+    let (family, machine_shape, size, generation) = name_parts(split_attached(&shape.name).0);
     let mut l = BTreeMap::new();
     let mut put = |k: &str, v: String| {
         l.insert(k.to_owned(), v);
@@ -240,6 +295,55 @@ pub fn shape_labels(shape: &MachineShape) -> BTreeMap<String, String> {
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
+
+    /// N1 machines take T4s in ones, twos and fours within each count's vCPU and memory limits; other
+    /// families take none; the names read back.
+    #[test]
+    fn n1_machines_take_attachable_gpus_within_their_limits() {
+        let n1 = |name: &str, vcpu: i64, gib: i64| MachineShape {
+            name: name.into(),
+            vcpu,
+            memory_mib: gib * 1024,
+            ..Default::default()
+        };
+        let t4 = ATTACHABLE[0];
+        let names = |v: Vec<MachineShape>| v.into_iter().map(|s| s.name).collect::<Vec<_>>();
+        assert_eq!(
+            names(attached_shapes(&n1("n1-standard-16", 16, 60), &t4, 4)),
+            [
+                "n1-standard-16.1xnvidia-tesla-t4",
+                "n1-standard-16.2xnvidia-tesla-t4",
+                "n1-standard-16.4xnvidia-tesla-t4"
+            ]
+        );
+        assert_eq!(
+            names(attached_shapes(&n1("n1-standard-64", 64, 240), &t4, 4)),
+            ["n1-standard-64.4xnvidia-tesla-t4"]
+        );
+        assert_eq!(names(attached_shapes(&n1("n1-standard-16", 16, 60), &t4, 2)).len(), 2, "the zone's card limit");
+        let v100 = ATTACHABLE[1];
+        assert_eq!(
+            names(attached_shapes(&n1("n1-highmem-16", 16, 104), &v100, 8)),
+            [
+                "n1-highmem-16.2xnvidia-tesla-v100",
+                "n1-highmem-16.4xnvidia-tesla-v100",
+                "n1-highmem-16.8xnvidia-tesla-v100"
+            ]
+        );
+        assert!(attached_shapes(&n1("n2-standard-16", 16, 64), &t4, 4).is_empty());
+        assert!(attached_shapes(&n1("n1-ultramem-40", 40, 961), &t4, 4).is_empty());
+        let four = attached_shapes(&n1("n1-standard-16", 16, 60), &t4, 4).pop().unwrap();
+        assert_eq!(split_attached(&four.name), ("n1-standard-16", Some((4, "nvidia-tesla-t4"))));
+        assert_eq!(split_attached("n1-standard-16"), ("n1-standard-16", None));
+        let it = instance_type(&four, &node(), Vec::new());
+        assert_eq!(it.capacity.get(ResourceName::NVIDIA_GPU), 4);
+        let l = &it.labels;
+        assert_eq!(l.get(LABEL_GKE_ACCELERATOR).map(String::as_str), Some("nvidia-tesla-t4"));
+        assert_eq!(l.get(LABEL_GPU_COUNT).map(String::as_str), Some("4"));
+        assert_eq!(l.get(LABEL_MACHINE_FAMILY).map(String::as_str), Some("n1"));
+        assert_eq!(l.get(LABEL_INSTANCE_SIZE).map(String::as_str), Some("16"));
+        assert_eq!(l.get(LABEL_INSTANCE_SHAPE).map(String::as_str), Some("standard"));
+    }
 
     fn node() -> NodeShape {
         NodeShape { boot_disk_gib: 100, local_ssd_gib: 0, kubelet: Kubelet::default(), vm_memory_overhead: 0.0 }

@@ -10,15 +10,16 @@
 //!
 //! - [`bootstrap`]: the GKE node bootstrap, copied from a node pool's instance template.
 //!
-//! Not yet: image aliases and families, attachable GPUs (N1 with `guestAccelerators`), and the class's
-//! status.
+//! - [`images`]: what the class's image terms resolve to (GKE's node images by family and version).
 
 pub mod bootstrap;
 pub mod catalog;
 pub mod errors;
+pub mod images;
 pub mod nodeclass;
 pub mod pricing;
 mod provider;
+pub mod status;
 
 pub use nodeclass::{GCENodeClass, GCENodeClassSpec, GCENodeClassStatus};
 pub use provider::{

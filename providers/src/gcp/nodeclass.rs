@@ -205,7 +205,13 @@ pub struct GCENodeClassStatus {
     /// The images, each with the instance types it boots.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub images: Vec<ResolvedImage>,
-    /// `ImagesReady` and `Ready`.
+    /// The network instances get (the class's, the settings', or the cluster's node pool's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network: Option<String>,
+    /// The subnetwork instances get, resolved the same way.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subnetwork: Option<String>,
+    /// `ValidationSucceeded`, `ImagesReady`, `NetworkReady` and `Ready`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<tenon_core::api::Condition>,
 }
@@ -221,8 +227,12 @@ pub struct ResolvedImage {
     pub requirements: Vec<tenon_core::api::NodeSelectorRequirement>,
 }
 
-/// Metadata keys the bootstrap writes: a class may not set them.
-pub const RESERVED_METADATA: [&str; 22] = [
+/// Metadata keys the bootstrap writes: a class may not set them. (`startup-script` and `user-data` carry
+/// a bootstrap of one's own, and are checked against the provider's mode at launch.)
+pub const RESERVED_METADATA: [&str; 23] = [
+    "karpenter-max-pods",
+    "karpenter-node-labels",
+    "karpenter-node-taints",
     "cluster-location",
     "cluster-name",
     "cluster-uid",
@@ -238,8 +248,6 @@ pub const RESERVED_METADATA: [&str; 22] = [
     "k8s-node-setup-psm1",
     "kube-env",
     "kube-labels",
-    "startup-script",
-    "user-data",
     "user-profile-psm1",
     "windows-startup-script-ps1",
     "common-psm1",

@@ -11,8 +11,6 @@
 //!   which offering has no capacity.
 //! - Instances carry ownership labels (`goog-k8s-cluster-name`, `karpenter-sh-nodepool`,
 //!   `karpenter-sh-nodeclaim`, `karpenter-k8s-gcp-gcenodeclass`); only those are listed, read or deleted.
-//!
-//! Images are named by `id` terms for now: aliases and families (GKE's node images) are not resolved yet.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
@@ -20,7 +18,9 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use google_cloud_compute_v1::client::{Images, Instances, MachineTypes, RegionInstanceTemplates, ZoneOperations};
+use google_cloud_compute_v1::client::{
+    AcceleratorTypes, Images, Instances, MachineTypes, RegionInstanceTemplates, ZoneOperations,
+};
 use google_cloud_compute_v1::model;
 use google_cloud_gax::paginator::Paginator;
 use jiff::Timestamp;
@@ -36,6 +36,7 @@ use tenon_core::resources::Resources;
 use super::bootstrap::{self, NodeFacts, NodePoolTemplate};
 use super::catalog::{self, MachineShape, NodeShape};
 use super::errors::{InsertFault, client_error, insert_fault, quota_limits};
+use super::images::KubernetesVersion;
 use super::nodeclass::{self, GCENodeClass, GCENodeClassStatus, ResolvedImage};
 use super::pricing::{self, Price};
 use crate::kubelet::Kubelet;
@@ -96,6 +97,11 @@ pub struct GcpSettings {
     /// The node pool whose instance template the bootstrap comes from; unset, `default-pool` if the
     /// cluster has it, else its first pool by template name.
     pub node_pool_template: Option<String>,
+    /// A `region,machine_type,on_demand_usd_per_hour,spot_usd_per_hour` CSV laid over the bundled prices
+    /// (rows named after an accelerator type price attached GPUs); re-read every `price_refresh`.
+    pub price_file: Option<std::path::PathBuf>,
+    /// How often `price_file` is read again.
+    pub price_refresh: Duration,
 }
 
 impl GcpSettings {
@@ -121,6 +127,8 @@ impl GcpSettings {
             vm_memory_overhead: 0.0,
             gke_bootstrap: true,
             node_pool_template: None,
+            price_file: None,
+            price_refresh: Duration::from_secs(12 * 3600),
         }
     }
 }
@@ -138,14 +146,18 @@ type Listed = (MachineShape, BTreeSet<String>);
 struct State {
     classes: crate::classes::ClassStore<GCENodeClass, GCENodeClassStatus>,
     machine_types: Option<Cached<Vec<Listed>>>,
-    prices: Option<Arc<HashMap<String, Price>>>,
+    prices: Option<Cached<HashMap<String, Price>>>,
     /// Quota metrics used up, until when.
     quota: HashMap<String, Timestamp>,
     unavailable: Option<Arc<UnavailableOfferings>>,
     /// Spot instances already reported preempted.
     preempted: BTreeSet<String>,
+    /// Host maintenance already reported, as `<provider id>@<window start>`.
+    maintenance: BTreeSet<String>,
     /// The node pool template the bootstrap comes from.
     template: Option<Cached<NodePoolTemplate>>,
+    /// The cluster's Kubernetes version, which family and alias image terms follow.
+    kubernetes_version: Option<KubernetesVersion>,
 }
 
 /// The GCP provider.
@@ -153,9 +165,12 @@ pub struct GcpProvider {
     settings: GcpSettings,
     instances: Instances,
     machine_types: MachineTypes,
+    accelerator_types: AcceleratorTypes,
     operations: ZoneOperations,
-    images: Images,
+    pub(super) images: Images,
     templates: RegionInstanceTemplates,
+    /// GKE's API: the release channels' versions, for image terms that follow a channel.
+    pub(super) gke: google_cloud_container_v1::client::ClusterManager,
     clock: SharedClock,
     state: Mutex<State>,
 }
@@ -225,9 +240,11 @@ impl GcpProvider {
         Ok(Self {
             instances: client!(Instances),
             machine_types: client!(MachineTypes),
+            accelerator_types: client!(AcceleratorTypes),
             operations: client!(ZoneOperations),
             images: client!(Images),
             templates: client!(RegionInstanceTemplates),
+            gke: client!(google_cloud_container_v1::client::ClusterManager),
             settings,
             clock: Arc::new(SystemClock),
             state: Mutex::new(State::default()),
@@ -255,7 +272,7 @@ impl GcpProvider {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn now(&self) -> Timestamp {
+    pub(super) fn now(&self) -> Timestamp {
         self.clock.now()
     }
 
@@ -265,6 +282,25 @@ impl GcpProvider {
         let name = class.name().to_owned();
         self.state().classes.apply(name, class, |old, new| old.spec == new.spec);
         Ok(())
+    }
+
+    /// Sets the cluster's Kubernetes version (as the API server reports it: `v1.33.5-gke.1080000`), which
+    /// image families and aliases follow; a changed version resolves every class afresh. A version that
+    /// does not read is refused, naming it.
+    pub fn set_kubernetes_version(&self, version: &str) -> Result<(), CloudError> {
+        let v = KubernetesVersion::parse(version).ok_or_else(|| {
+            CloudError::message(NAME, format!("the cluster's version {version:?} is not major.minor.patch"))
+        })?;
+        let mut state = self.state();
+        if state.kubernetes_version.as_ref() != Some(&v) {
+            state.kubernetes_version = Some(v);
+            state.classes.expire_all();
+        }
+        Ok(())
+    }
+
+    pub(super) fn known_kubernetes_version(&self) -> Option<KubernetesVersion> {
+        self.state().kubernetes_version.clone()
     }
 
     /// Forgets a `GCENodeClass`.
@@ -290,40 +326,8 @@ impl GcpProvider {
         if let Some(status) = self.state().classes.fresh(name, now, Duration::from_secs(300)) {
             return Ok((class, status));
         }
-        let mut images = Vec::new();
-        for (i, term) in class.spec.image_selector_terms.iter().enumerate() {
-            let Some(id) = &term.id else {
-                return Err(CloudError::NodeClassNotReady(format!(
-                    "GCENodeClass/{name}: spec.imageSelectorTerms[{i}]: aliases and families are not resolved yet; \
-                     name the image by id"
-                )));
-            };
-            let (project, image) = match id.split('/').collect::<Vec<_>>()[..] {
-                ["projects", p, "global", "images", n] => (p, n),
-                _ => return Err(CloudError::NodeClassNotReady(format!("GCENodeClass/{name}: {id:?} is not an image"))),
-            };
-            match self.images.get().set_project(project).set_image(image).send().await {
-                Ok(found) => {
-                    let arm = matches!(found.architecture, Some(model::image::Architecture::Arm64));
-                    images.push(ResolvedImage {
-                        source_image: id.clone(),
-                        requirements: vec![tenon_core::api::NodeSelectorRequirement::new(
-                            labels::ARCH,
-                            tenon_core::api::Operator::In,
-                            [if arm { "arm64" } else { "amd64" }],
-                        )],
-                    });
-                }
-                Err(e) if e.http_status_code() == Some(404) => {}
-                Err(e) => return Err(client_error(&format!("images.get {id}"), &e)),
-            }
-        }
-        if images.is_empty() {
-            return Err(CloudError::NodeClassNotReady(format!(
-                "GCENodeClass/{name}: spec.imageSelectorTerms match no image"
-            )));
-        }
-        let status = Arc::new(GCENodeClassStatus { images, conditions: Vec::new() });
+        let images = self.resolve_images(&class).await?;
+        let status = Arc::new(GCENodeClassStatus { images, ..Default::default() });
         self.state().classes.remember(name, now, status.clone());
         Ok((class, status))
     }
@@ -375,9 +379,83 @@ impl GcpProvider {
                 }
             }
         }
+        // N1 machines with GPUs attached, in the zones that have both the machine and the GPU.
+        let gpus = match self.attachable_gpus().await {
+            Ok(g) => g,
+            Err(e) => {
+                tracing::warn!(error = %e, "no GPUs attached to N1 machines until acceleratorTypes can be read");
+                BTreeMap::new()
+            }
+        };
+        let mut attached = Vec::new();
+        for (base, zones) in by_name.values() {
+            for gpu in &catalog::ATTACHABLE {
+                let Some(in_zones) = gpus.get(gpu.model) else { continue };
+                for (zone, max_cards) in in_zones.iter().filter(|(z, _)| zones.contains(*z)) {
+                    for shape in catalog::attached_shapes(base, gpu, *max_cards) {
+                        attached.push((shape, zone.clone()));
+                    }
+                }
+            }
+        }
+        for (shape, zone) in attached {
+            by_name.entry(shape.name.clone()).or_insert_with(|| (shape, BTreeSet::new())).1.insert(zone);
+        }
         let value = Arc::new(by_name.into_values().collect::<Vec<_>>());
         self.state().machine_types = Some(Cached { at: now, value: value.clone() });
         Ok(value)
+    }
+
+    /// The network and subnetwork `class`'s instances get: the class's, else the settings', else (with
+    /// the GKE bootstrap) the node pool template's; unset, Compute Engine's default.
+    pub(super) fn network_of(
+        &self,
+        class: &GCENodeClass,
+        template: Option<&NodePoolTemplate>,
+    ) -> (Option<String>, Option<String>) {
+        let n = class.spec.network_config.as_ref();
+        let network = n.and_then(|n| n.network.clone()).or_else(|| self.settings.network.clone());
+        let subnetwork = n.and_then(|n| n.subnetwork.clone()).or_else(|| self.settings.subnetwork.clone());
+        (
+            network.or_else(|| template.and_then(|t| t.network.clone())),
+            subnetwork.or_else(|| template.and_then(|t| t.subnetwork.clone())),
+        )
+    }
+
+    /// [`Self::network_of`], the node pool template read when the GKE bootstrap is on (a cluster
+    /// without one is `NodeClassNotReady`, naming it).
+    pub(super) async fn resolve_network(
+        &self,
+        class: &GCENodeClass,
+    ) -> Result<(Option<String>, Option<String>), CloudError> {
+        let template = if self.settings.gke_bootstrap { Some(self.node_pool_template().await?) } else { None };
+        Ok(self.network_of(class, template.as_deref()))
+    }
+
+    /// The region's attachable GPUs (`acceleratorTypes.aggregatedList`): by accelerator type, each zone
+    /// that has it and its `maximumCardsPerInstance`.
+    async fn attachable_gpus(&self) -> Result<BTreeMap<String, BTreeMap<String, i64>>, CloudError> {
+        let prefix = format!("zones/{}-", self.settings.region);
+        let mut out: BTreeMap<String, BTreeMap<String, i64>> = BTreeMap::new();
+        let mut pages = self
+            .accelerator_types
+            .aggregated_list()
+            .set_project(&self.settings.project)
+            .set_filter(format!("zone eq .*{}-.*", self.settings.region))
+            .by_page();
+        while let Some(page) = pages.next().await {
+            let page = page.map_err(|e| client_error("acceleratorTypes.aggregatedList", &e))?;
+            for (scope, list) in &page.items {
+                let Some(zone) = scope.strip_prefix("zones/").filter(|_| scope.starts_with(&prefix)) else { continue };
+                for a in &list.accelerator_types {
+                    let (Some(name), Some(max)) = (&a.name, a.maximum_cards_per_instance) else { continue };
+                    if catalog::ATTACHABLE.iter().any(|g| g.model == name) {
+                        out.entry(name.clone()).or_default().insert(zone.to_owned(), i64::from(max));
+                    }
+                }
+            }
+        }
+        Ok(out)
     }
 
     /// The node pool template nodes join the cluster with (kept for twelve minutes, as GKE rolls them on
@@ -423,16 +501,43 @@ impl GcpProvider {
         Ok(value)
     }
 
+    /// The region's prices: the bundled table with `price_file` laid over it (read again every
+    /// `price_refresh`; a file that cannot be read keeps the prices last read, and is an error naming
+    /// it only before any were).
     fn prices(&self) -> Result<Arc<HashMap<String, Price>>, CloudError> {
-        if let Some(p) = self.state().prices.clone() {
-            return Ok(p);
+        let now = self.now();
+        let last = self.state().prices.clone();
+        if let Some(c) = &last
+            && (self.settings.price_file.is_none() || clock::since(now, c.at) < self.settings.price_refresh)
+        {
+            return Ok(c.value.clone());
         }
-        let p = Arc::new(
-            pricing::parse_prices(pricing::BUNDLED_PRICES_CSV, &self.settings.region)
-                .map_err(|e| CloudError::message(NAME, e))?,
-        );
-        self.state().prices = Some(p.clone());
-        Ok(p)
+        let read = || -> Result<HashMap<String, Price>, String> {
+            let mut p = pricing::parse_prices(pricing::BUNDLED_PRICES_CSV, &self.settings.region)?;
+            if let Some(path) = &self.settings.price_file {
+                let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+                p.extend(
+                    pricing::parse_prices(&text, &self.settings.region)
+                        .map_err(|e| format!("{}: {e}", path.display()))?,
+                );
+            }
+            Ok(p)
+        };
+        match read() {
+            Ok(p) => {
+                let value = Arc::new(p);
+                self.state().prices = Some(Cached { at: now, value: value.clone() });
+                Ok(value)
+            }
+            Err(e) => match last {
+                Some(c) => {
+                    tracing::warn!(error = %e, "keeping the prices last read");
+                    self.state().prices = Some(Cached { at: now, value: c.value.clone() });
+                    Ok(c.value)
+                }
+                None => Err(CloudError::message(NAME, format!("reading prices: {e}"))),
+            },
+        }
     }
 
     /// Drops expired quota blocks and returns the metrics blocked now.
@@ -470,20 +575,10 @@ impl GcpProvider {
             kubelet,
             vm_memory_overhead: self.settings.vm_memory_overhead,
         };
-        let archs: BTreeSet<&str> = status
-            .images
-            .iter()
-            .flat_map(|i| i.requirements.iter().filter(|r| r.key == labels::ARCH).flat_map(|r| r.values.iter()))
-            .map(String::as_str)
-            .collect();
         let quota = self.live_quota();
         let mut out = Vec::with_capacity(listed.len());
         for (shape, zones) in listed.iter().filter(|(s, _)| only.is_none_or(|o| s.name == o)) {
-            let arch = if shape.arm64 { "arm64" } else { "amd64" };
-            if !archs.contains(arch) {
-                continue;
-            }
-            let price = prices.get(&shape.name).copied();
+            let price = pricing::price_of(&prices, &shape.name);
             let gpu = shape.accelerators.first().map(|(m, _)| m.as_str());
             let mut offerings = Vec::new();
             for zone in zones {
@@ -499,6 +594,10 @@ impl GcpProvider {
                 }
             }
             let mut it = catalog::instance_type(shape, &node, offerings);
+            // Only what one of the class's images boots (its architecture; GPUs or not).
+            if boot_image(status, &it).is_none() {
+                continue;
+            }
             it.labels.insert(labels::REGION.to_owned(), self.settings.region.clone());
             out.push(it);
         }
@@ -564,12 +663,8 @@ impl GcpProvider {
             .map(last_segment)
             .ok_or_else(|| CloudError::message(NAME, format!("instance {name}: no zone")))?
             .to_owned();
-        let machine = i
-            .machine_type
-            .as_deref()
-            .map(last_segment)
-            .ok_or_else(|| CloudError::message(NAME, format!("instance {name}: no machineType")))?
-            .to_owned();
+        let machine =
+            instance_type_of(i).ok_or_else(|| CloudError::message(NAME, format!("instance {name}: no machineType")))?;
         let capacity_type = if is_spot(i) { CapacityType::Spot } else { CapacityType::OnDemand };
         let state = instance_state(i);
         let it = types.and_then(|t| t.iter().find(|t| t.name == machine));
@@ -601,6 +696,27 @@ impl GcpProvider {
     }
 }
 
+/// The instance type of instance `i`: its machine type, with the GPUs attached to it if any
+/// (`n1-standard-16.4xnvidia-tesla-t4`).
+fn instance_type_of(i: &model::Instance) -> Option<String> {
+    let machine = last_segment(i.machine_type.as_deref()?);
+    let gpus: Vec<(i64, &str)> = i
+        .guest_accelerators
+        .iter()
+        .filter_map(|a| Some((i64::from(a.accelerator_count?), last_segment(a.accelerator_type.as_deref()?))))
+        .filter(|(n, _)| *n > 0)
+        .collect();
+    Some(match gpus[..] {
+        [(count, model)] => catalog::attached_name(machine, count, model),
+        _ => machine.to_owned(),
+    })
+}
+
+/// The first of the class's images that boots `it` (its requirements met by the type's labels).
+fn boot_image<'a>(status: &'a GCENodeClassStatus, it: &InstanceType) -> Option<&'a ResolvedImage> {
+    status.images.iter().find(|i| i.requirements.iter().all(|r| r.matches(it.labels.get(&r.key).map(String::as_str))))
+}
+
 /// The labels a claim's node registers with: the claim's, its single-valued requirements on labels the
 /// kubelet may set, and the capacity type.
 fn node_labels(claim: &NodeClaim, capacity_type: CapacityType) -> BTreeMap<String, String> {
@@ -621,6 +737,19 @@ fn is_spot(i: &model::Instance) -> bool {
         i.scheduling.as_ref().and_then(|s| s.provisioning_model.as_ref()),
         Some(model::scheduling::ProvisioningModel::Spot)
     )
+}
+
+/// The start of the host maintenance coming to `i` (pending or ongoing), when `i` is terminated rather
+/// than live-migrated through it.
+fn maintenance_without_migration(i: &model::Instance) -> Option<String> {
+    use model::upcoming_maintenance::MaintenanceStatus;
+    let terminates = matches!(
+        i.scheduling.as_ref().and_then(|s| s.on_host_maintenance.as_ref()),
+        Some(model::scheduling::OnHostMaintenance::Terminate)
+    );
+    let m = i.resource_status.as_ref()?.upcoming_maintenance.as_ref()?;
+    let coming = matches!(m.maintenance_status, Some(MaintenanceStatus::Pending | MaintenanceStatus::Ongoing) | None);
+    (terminates && coming).then(|| m.window_start_time.clone().unwrap_or_default())
 }
 
 /// The core's state of an instance's status.
@@ -711,8 +840,8 @@ impl CloudProvider for GcpProvider {
         let (_, zone, name) = parse_provider_id(provider_id)?;
         let i = self.owned_instance(zone, name).await?;
         let class = i.labels.get(LABEL_NODE_CLASS).cloned();
-        let machine = i.machine_type.as_deref().map(last_segment);
-        let types = self.types_of_class(class.as_deref(), machine).await;
+        let machine = instance_type_of(&i);
+        let types = self.types_of_class(class.as_deref(), machine.as_deref()).await;
         self.to_instance(&i, types.as_deref())
     }
 
@@ -745,6 +874,15 @@ impl CloudProvider for GcpProvider {
         {
             return Ok(Some(DriftReason("ImageDrift".into())));
         }
+        // The subnetwork new instances would get (the class's, the settings', the node pool's) is not this
+        // one's: the settings or the cluster's node pool moved.
+        let (_, want) = self.resolve_network(&class).await?;
+        let have = i.network_interfaces.first().and_then(|n| n.subnetwork.as_deref());
+        if let (Some(want), Some(have)) = (want, have)
+            && last_segment(have) != last_segment(&want)
+        {
+            return Ok(Some(DriftReason("SubnetworkDrift".into())));
+        }
         Ok(None)
     }
 
@@ -770,8 +908,13 @@ impl CloudProvider for GcpProvider {
         Ok(())
     }
 
-    /// Spot instances Compute Engine has preempted (stopping or terminated without tenon deleting them),
-    /// each reported once, read from the instances' status.
+    /// Read from the instances' own state (`instances.aggregatedList`), each reported once:
+    /// - a spot instance Compute Engine has preempted (stopping or terminated without tenon deleting it)
+    ///   is a spot interruption;
+    /// - host maintenance coming to an instance that cannot live-migrate (`onHostMaintenance: TERMINATE`:
+    ///   GPU machines and spot ones), announced in `resourceStatus.upcomingMaintenance` as pending or
+    ///   ongoing, is a scheduled change, so the node is drained and replaced before the host goes down.
+    ///   Maintenance of an instance that live-migrates does not disrupt it and is not reported.
     async fn interruptions(&self) -> Result<Vec<Interruption>, CloudError> {
         let found = self.owned_instances().await?;
         let mut out = Vec::new();
@@ -784,6 +927,13 @@ impl CloudProvider for GcpProvider {
                 let pid = provider_id(&self.settings.project, zone, name);
                 if st.preempted.insert(pid.clone()) {
                     out.push(Interruption { provider_id: pid, kind: InterruptionKind::SpotInterruption });
+                }
+                continue;
+            }
+            if let Some(window) = maintenance_without_migration(i) {
+                let pid = provider_id(&self.settings.project, zone, name);
+                if st.maintenance.insert(format!("{pid}@{window}")) {
+                    out.push(Interruption { provider_id: pid, kind: InterruptionKind::ScheduledChange });
                 }
             }
         }
@@ -806,8 +956,8 @@ impl GcpProvider {
         let name = format!("karpenter-{}", claim.name());
         // Idempotent per claim: an instance of that name is the claim's.
         if let Some(existing) = self.owned_instances().await?.into_iter().find(|i| i.name.as_deref() == Some(&name)) {
-            let machine = existing.machine_type.as_deref().map(last_segment);
-            let types = self.types_named(&class, &status, machine).await?;
+            let machine = instance_type_of(&existing);
+            let types = self.types_named(&class, &status, machine.as_deref()).await?;
             return self.to_instance(&existing, Some(&types));
         }
         let types = self.types_for(&class, &status).await?;
@@ -842,18 +992,10 @@ impl GcpProvider {
         let template = if self.settings.gke_bootstrap { Some(self.node_pool_template().await?) } else { None };
         let mut failed = Vec::new();
         for (it, o) in candidates.into_iter().take(self.settings.max_attempts.max(1)) {
-            let image = status
-                .images
-                .iter()
-                .find(|i| {
-                    i.requirements.iter().all(|r| {
-                        r.key != labels::ARCH || it.labels.get(labels::ARCH).is_some_and(|a| r.values.contains(a))
-                    })
-                })
-                .ok_or_else(|| {
-                    CloudError::NodeClassNotReady(format!("GCENodeClass/{}: no image boots {}", class.name(), it.name))
-                })?;
-            let body = self.instance_body(&name, claim, &class, it, o, &image.source_image, template.as_deref());
+            let image = boot_image(&status, it).ok_or_else(|| {
+                CloudError::NodeClassNotReady(format!("GCENodeClass/{}: no image boots {}", class.name(), it.name))
+            })?;
+            let body = self.instance_body(&name, claim, &class, it, o, &image.source_image, template.as_deref())?;
             match self.insert(&o.zone, body).await? {
                 None => {
                     let mut instance = Instance {
@@ -923,7 +1065,7 @@ impl GcpProvider {
         o: &Offering,
         image: &str,
         template: Option<&NodePoolTemplate>,
-    ) -> model::Instance {
+    ) -> Result<model::Instance, CloudError> {
         let s = &class.spec;
         let spot = o.capacity_type == CapacityType::Spot;
         let mut labels: BTreeMap<String, String> = s.labels.iter().map(|(k, v)| (k.clone(), label_value(v))).collect();
@@ -962,12 +1104,11 @@ impl GcpProvider {
         }
         let network = s.network_config.as_ref();
         let mut nic = model::NetworkInterface::new();
-        let net = network.and_then(|n| n.network.clone()).or_else(|| self.settings.network.clone());
-        if let Some(n) = net.or_else(|| template.and_then(|t| t.network.clone())) {
+        let (net, subnet) = self.network_of(class, template);
+        if let Some(n) = net {
             nic = nic.set_network(n);
         }
-        let subnet = network.and_then(|n| n.subnetwork.clone()).or_else(|| self.settings.subnetwork.clone());
-        if let Some(sn) = subnet.or_else(|| template.and_then(|t| t.subnetwork.clone())) {
+        if let Some(sn) = subnet {
             nic = nic.set_subnetwork(sn);
         }
         // Pod addresses: an alias range sized for the node's pods, from the pods' secondary range.
@@ -1018,15 +1159,17 @@ impl GcpProvider {
         if let Some(email) = email.or_else(|| template.and_then(|t| t.service_account.clone())) {
             account = account.set_email(email);
         }
+        let node_labels = node_labels(claim, o.capacity_type);
+        let taints: Vec<k8s_openapi::api::core::v1::Taint> =
+            claim.spec.taints.iter().chain(&claim.spec.startup_taints).cloned().collect();
+        let facts = NodeFacts { zone: &o.zone, labels: &node_labels, taints: &taints, max_pods: pods };
+        let not_ready = |e: String| CloudError::NodeClassNotReady(format!("GCENodeClass/{}: {e}", class.name()));
         let items: BTreeMap<String, String> = match template {
             Some(t) => {
-                let node_labels = node_labels(claim, o.capacity_type);
-                let taints: Vec<k8s_openapi::api::core::v1::Taint> =
-                    claim.spec.taints.iter().chain(&claim.spec.startup_taints).cloned().collect();
-                let facts = NodeFacts { zone: &o.zone, labels: &node_labels, taints: &taints, max_pods: pods };
+                bootstrap::gke_class_metadata(&s.metadata).map_err(not_ready)?;
                 bootstrap::node_metadata(t, &facts, &s.metadata)
             }
-            None => s.metadata.clone(),
+            None => bootstrap::own_metadata(&facts, &s.metadata).map_err(not_ready)?,
         };
         let metadata = model::Metadata::new()
             .set_items(items.into_iter().map(|(k, v)| model::metadata::Items::new().set_key(k).set_value(v)));
@@ -1036,9 +1179,10 @@ impl GcpProvider {
                 tags.push(t.clone());
             }
         }
+        let (machine, attached) = catalog::split_attached(&it.name);
         let mut body = model::Instance::new()
             .set_name(name)
-            .set_machine_type(format!("zones/{}/machineTypes/{}", o.zone, it.name))
+            .set_machine_type(format!("zones/{}/machineTypes/{machine}", o.zone))
             .set_disks(disks)
             .set_network_interfaces(nics)
             .set_scheduling(scheduling)
@@ -1047,6 +1191,11 @@ impl GcpProvider {
             .set_metadata(metadata);
         if !tags.is_empty() {
             body = body.set_tags(model::Tags::new().set_items(tags));
+        }
+        if let Some((count, gpu)) = attached {
+            body = body.set_guest_accelerators([model::AcceleratorConfig::new()
+                .set_accelerator_type(format!("zones/{}/acceleratorTypes/{gpu}", o.zone))
+                .set_accelerator_count(count as i32)]);
         }
         if let Some(sh) = &s.shielded_instance_config {
             let mut c = model::ShieldedInstanceConfig::new();
@@ -1065,7 +1214,7 @@ impl GcpProvider {
             body = body
                 .set_params(model::InstanceParams::new().set_resource_manager_tags(s.resource_manager_tags.clone()));
         }
-        body
+        Ok(body)
     }
 
     /// Inserts `body` in `zone` and waits for its operation: `Ok(None)` once done, `Ok(Some(errors))` when

@@ -1,17 +1,20 @@
-//! A local fake of the Compute Engine REST subset the GCP provider uses, checked against Google's
-//! discovery document `compute.v1.json` (shipped in PyPI's `google-api-python-client`, installed in the
-//! test venv by `scripts/test.sh`, found through `TENON_GCE_DISCOVERY`).
+//! A local fake of the Compute Engine REST subset the GCP provider uses (and of GKE's, for release
+//! channels), checked against Google's discovery documents `compute.v1.json` and `container.v1.json`
+//! (shipped in PyPI's `google-api-python-client`, installed in the test venv by `scripts/test.sh`, found
+//! through `TENON_GCE_DISCOVERY`, GKE's beside it).
 //!
-//! How the shapes are checked: every request is routed by the discovery document's own methods (HTTP
+//! How the shapes are checked: every request is routed by the discovery documents' own methods (HTTP
 //! method and path template); a query parameter the method does not declare is refused; a request body is
 //! validated against the method's request schema and every answer against its response schema, with the
-//! discovery schemas turned into JSON Schema (`$ref`s resolved in one definitions map, and no property
-//! beyond those a schema lists). A request the real API would refuse is a 400 naming the field, and an
-//! answer that does not fit fails the test: the fake cannot drift from the API unnoticed.
+//! discovery schemas turned into JSON Schema (`$ref`s resolved in one definitions map per document, and
+//! no property beyond those a schema lists). A request the real API would refuse is a 400 naming the
+//! field, and an answer that does not fit fails the test: the fake cannot drift from the API unnoticed.
 //!
-//! What it serves: `machineTypes.aggregatedList`, `images.get`, `regionInstanceTemplates.list`,
-//! `instances.{insert,get,aggregatedList,delete,reset}` and `zoneOperations.get`, whose operations progress over polls (running, then done)
-//! and can end in any error code a test asks for.
+//! What it serves: `machineTypes.aggregatedList`, `acceleratorTypes.aggregatedList`, `images.{get,list}`,
+//! `regionInstanceTemplates.list`, `instances.{insert,get,aggregatedList,delete,reset}` and
+//! `zoneOperations.get`, whose operations progress over polls (running, then done) and can end in any
+//! error code a test asks for; and GKE's `projects.locations.getServerConfig` and
+//! `projects.locations.clusters.get`.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -22,18 +25,24 @@ use axum::http::{Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Map, Value, json};
 
-/// The discovery document, loaded once.
-fn discovery() -> &'static Value {
-    static DOC: OnceLock<Value> = OnceLock::new();
-    DOC.get_or_init(|| {
+/// The discovery documents, loaded once: Compute Engine's (`TENON_GCE_DISCOVERY`) and, beside it in the
+/// same package, GKE's `container.v1.json` (its release channels and clusters).
+fn documents() -> &'static [Value; 2] {
+    static DOCS: OnceLock<[Value; 2]> = OnceLock::new();
+    DOCS.get_or_init(|| {
         let path = std::env::var("TENON_GCE_DISCOVERY").unwrap_or_else(|_| {
             panic!(
                 "TENON_GCE_DISCOVERY is not set: the GCP tests check the fake against Google's compute.v1.json. Run \
                  scripts/test.sh (it installs google-api-python-client into the venv and sets it)"
             )
         });
-        let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
-        serde_json::from_str(&text).unwrap_or_else(|e| panic!("{path}: {e}"))
+        let read = |path: &std::path::Path| -> Value {
+            let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        };
+        let compute = std::path::PathBuf::from(&path);
+        let container = compute.with_file_name("container.v1.json");
+        [read(&compute), read(&container)]
     })
 }
 
@@ -69,47 +78,65 @@ fn convert(v: &Value) -> Value {
     Value::Object(out)
 }
 
-/// The validator of discovery schema `name`, compiled once.
-fn validator(name: &str) -> Arc<jsonschema::Validator> {
-    static DEFS: OnceLock<Value> = OnceLock::new();
-    static CACHE: OnceLock<Mutex<HashMap<String, Arc<jsonschema::Validator>>>> = OnceLock::new();
+/// The validator of schema `name` of discovery document `doc`, compiled once.
+fn validator(doc: usize, name: &str) -> Arc<jsonschema::Validator> {
+    static DEFS: OnceLock<[Value; 2]> = OnceLock::new();
+    type Validators = HashMap<(usize, String), Arc<jsonschema::Validator>>;
+    static CACHE: OnceLock<Mutex<Validators>> = OnceLock::new();
     let defs = DEFS.get_or_init(|| {
-        let schemas = discovery()["schemas"].as_object().expect("discovery schemas");
-        Value::Object(schemas.iter().map(|(n, s)| (n.clone(), convert(s))).collect())
+        documents().each_ref().map(|d| {
+            let schemas = d["schemas"].as_object().expect("discovery schemas");
+            Value::Object(schemas.iter().map(|(n, s)| (n.clone(), convert(s))).collect())
+        })
     });
     let mut cache = CACHE.get_or_init(Default::default).lock().unwrap();
     cache
-        .entry(name.to_owned())
+        .entry((doc, name.to_owned()))
         .or_insert_with(|| {
-            let root = json!({"definitions": defs, "$ref": format!("#/definitions/{name}")});
+            let root = json!({"definitions": &defs[doc], "$ref": format!("#/definitions/{name}")});
             Arc::new(jsonschema::validator_for(&root).unwrap_or_else(|e| panic!("schema {name}: {e}")))
         })
         .clone()
 }
 
-/// Whether `value` fits discovery schema `name`; the errors otherwise.
+/// Whether `value` fits Compute Engine's schema `name`; the errors otherwise.
 pub(crate) fn check(name: &str, value: &Value) -> Result<(), String> {
-    let v = validator(name);
+    check_in(0, name, value)
+}
+
+fn check_in(doc: usize, name: &str, value: &Value) -> Result<(), String> {
+    let v = validator(doc, name);
     let errors: Vec<String> = v.iter_errors(value).map(|e| format!("{} at {}", e, e.instance_path)).collect();
     if errors.is_empty() { Ok(()) } else { Err(format!("{name}: {}", errors.join("; "))) }
 }
 
 /// One discovery method, matched to a request.
 struct DiscoveryMethod {
+    /// The document it is of (0: Compute Engine, 1: GKE).
+    doc: usize,
     id: String,
     params: Vec<String>,
     request: Option<String>,
     response: Option<String>,
 }
 
+/// Every method of a discovery resource tree, nested resources included.
+fn methods(resources: &'static Value, out: &mut Vec<&'static Value>) {
+    for resource in resources.as_object().into_iter().flat_map(|r| r.values()) {
+        out.extend(resource["methods"].as_object().into_iter().flat_map(|m| m.values()));
+        methods(&resource["resources"], out);
+    }
+}
+
 /// The discovery method of (`http`, `path`), with the path's parameters.
 fn route(http: &Method, path: &str) -> Option<(DiscoveryMethod, HashMap<String, String>)> {
-    let doc = discovery();
-    let service = doc["servicePath"].as_str().unwrap_or("compute/v1/");
-    let path = path.trim_start_matches('/').strip_prefix(service)?;
-    let segments: Vec<&str> = path.split('/').collect();
-    for resource in doc["resources"].as_object()?.values() {
-        for m in resource["methods"].as_object().into_iter().flat_map(|m| m.values()) {
+    for (doc_index, doc) in documents().iter().enumerate() {
+        let service = doc["servicePath"].as_str().unwrap_or_default();
+        let Some(path) = path.trim_start_matches('/').strip_prefix(service) else { continue };
+        let segments: Vec<&str> = path.split('/').collect();
+        let mut all = Vec::new();
+        methods(&doc["resources"], &mut all);
+        for m in all {
             if m["httpMethod"].as_str() != Some(http.as_str()) {
                 continue;
             }
@@ -131,6 +158,7 @@ fn route(http: &Method, path: &str) -> Option<(DiscoveryMethod, HashMap<String, 
                 let schema = |k: &str| m[k]["$ref"].as_str().map(str::to_owned);
                 return Some((
                     DiscoveryMethod {
+                        doc: doc_index,
                         id: m["id"].as_str().unwrap_or_default().to_owned(),
                         params: m["parameters"].as_object().map(|p| p.keys().cloned().collect()).unwrap_or_default(),
                         request: schema("request"),
@@ -161,6 +189,8 @@ pub(crate) type Op = (String, u32, Option<(String, String)>, Value);
 pub(crate) struct World {
     /// zone → machine types listed there.
     pub machine_types: BTreeMap<String, Vec<Value>>,
+    /// zone → accelerator types listed there.
+    pub accelerator_types: BTreeMap<String, Vec<Value>>,
     /// `project/name` → image.
     pub images: HashMap<String, Value>,
     /// (zone, name) → instance.
@@ -171,6 +201,10 @@ pub(crate) struct World {
     pub faults: Vec<(String, String, Fault)>,
     /// Every insert body, in order.
     pub inserted: Vec<Value>,
+    /// GKE's server config of the cluster's location (`projects.locations.getServerConfig`).
+    pub gke_server_config: Option<Value>,
+    /// GKE clusters by name (`projects.locations.clusters.get`).
+    pub gke_clusters: HashMap<String, Value>,
     /// region → instance templates.
     pub templates: BTreeMap<String, Vec<Value>>,
     seq: u64,
@@ -204,7 +238,7 @@ pub(crate) async fn handle(
     // The document's own system parameters (`alt`, `fields`, `prettyPrint`, …) go with every method, also
     // written with Google's `$` prefix (`$alt`), as does `$apiVersion`, which Google's clients pin the API
     // version with.
-    let system = discovery()["parameters"].as_object();
+    let system = documents()[m.doc]["parameters"].as_object();
     for (k, _) in &params {
         let bare = k.strip_prefix('$').unwrap_or(k);
         let known = m.params.contains(k) || system.is_some_and(|s| s.contains_key(bare)) || k == "$apiVersion";
@@ -215,7 +249,7 @@ pub(crate) async fn handle(
     let request: Value =
         if body.is_empty() { Value::Null } else { serde_json::from_slice(&body).unwrap_or(Value::Null) };
     if let Some(schema) = &m.request
-        && let Err(e) = check(schema, &request)
+        && let Err(e) = check_in(m.doc, schema, &request)
     {
         return error(StatusCode::BAD_REQUEST, "invalid", &format!("{}: {e}", m.id));
     }
@@ -223,7 +257,7 @@ pub(crate) async fn handle(
     let (status, out) = serve(&world, &m.id, &vars, param("filter"), request);
     if status == StatusCode::OK
         && let Some(schema) = &m.response
-        && let Err(e) = check(schema, &out)
+        && let Err(e) = check_in(m.doc, schema, &out)
     {
         panic!("the fake's answer to {} does not fit {schema}: {e}", m.id);
     }
@@ -250,6 +284,18 @@ fn operation(w: &mut World, zone: &str, target: &str, kind: &str, err: Option<(S
     op
 }
 
+/// An aggregated list of zonal `items` (zone → entries) as Compute Engine answers one: the zones of the
+/// region the filter (`zone eq .*<region>-.*`, as the provider filters) names, each with its `field`.
+fn zonal_list(items: &BTreeMap<String, Vec<Value>>, filter: Option<&str>, field: &str, kind: &str) -> Value {
+    let region = filter.and_then(|f| f.strip_prefix("zone eq .*")).and_then(|r| r.strip_suffix("-.*"));
+    let items: Map<String, Value> = items
+        .iter()
+        .filter(|(z, _)| region.is_none_or(|r| z.starts_with(&format!("{r}-"))))
+        .map(|(z, entries)| (format!("zones/{z}"), json!({ field: entries })))
+        .collect();
+    json!({"kind": format!("compute#{kind}AggregatedList"), "id": format!("projects/test/aggregated/{field}"), "items": items})
+}
+
 fn serve(
     world: &Shared,
     id: &str,
@@ -261,19 +307,33 @@ fn serve(
     let var = |k: &str| vars.get(k).cloned().unwrap_or_default();
     match id {
         "compute.machineTypes.aggregatedList" => {
-            // `zone eq .*<region>-.*`, as the provider filters.
-            let region =
-                filter.as_deref().and_then(|f| f.strip_prefix("zone eq .*")).and_then(|r| r.strip_suffix("-.*"));
-            let items: Map<String, Value> = w
-                .machine_types
+            (StatusCode::OK, zonal_list(&w.machine_types, filter.as_deref(), "machineTypes", "machineType"))
+        }
+        "container.projects.locations.getServerConfig" => match &w.gke_server_config {
+            Some(c) => (StatusCode::OK, c.clone()),
+            None => not_found("server config"),
+        },
+        "container.projects.locations.clusters.get" => match w.gke_clusters.get(&var("clustersId")) {
+            Some(c) => (StatusCode::OK, c.clone()),
+            None => not_found("cluster"),
+        },
+        "compute.acceleratorTypes.aggregatedList" => {
+            (StatusCode::OK, zonal_list(&w.accelerator_types, filter.as_deref(), "acceleratorTypes", "acceleratorType"))
+        }
+        "compute.images.list" => {
+            // `name eq <prefix>.*`, as the provider filters.
+            let prefix = filter.as_deref().and_then(|f| f.strip_prefix("name eq ")).and_then(|f| f.strip_suffix(".*"));
+            let project = format!("{}/", var("project"));
+            let items: Vec<Value> = w
+                .images
                 .iter()
-                .filter(|(z, _)| region.is_none_or(|r| z.starts_with(&format!("{r}-"))))
-                .map(|(z, types)| (format!("zones/{z}"), json!({"machineTypes": types})))
+                .filter(|(k, i)| {
+                    k.starts_with(&project)
+                        && prefix.is_none_or(|p| i["name"].as_str().is_some_and(|n| n.starts_with(p)))
+                })
+                .map(|(_, i)| i.clone())
                 .collect();
-            (
-                StatusCode::OK,
-                json!({"kind": "compute#machineTypeAggregatedList", "id": "projects/test/aggregated/machineTypes", "items": items}),
-            )
+            (StatusCode::OK, json!({"kind": "compute#imageList", "id": "images", "items": items}))
         }
         "compute.images.get" => match w.images.get(&format!("{}/{}", var("project"), var("image"))) {
             Some(i) => (StatusCode::OK, i.clone()),
