@@ -720,3 +720,37 @@ async fn a_node_on_another_subnetwork_drifts() {
         .await;
     assert_eq!(moved.is_drifted(&claim).await.unwrap().unwrap().0, "SubnetworkDrift");
 }
+
+/// A zone `zones.list` reports DOWN is not offered (its types still describe it, so its nodes keep their
+/// price); once it is UP again, and the five minutes the zone list is kept have passed, it is offered again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_zone_that_is_down_is_not_offered_until_it_is_up_again() {
+    use std::time::Duration;
+    use tenon_core::clock::VirtualClock;
+    let env = Env::new("zones").await;
+    env.world.lock().unwrap().zones_down.insert("us-central1-b".into());
+    let clock = VirtualClock::at_epoch();
+    let provider = env.provider_with(|_| {}, json!({})).await.with_clock(clock.clone());
+    let offered = |types: &[tenon_core::cloud::InstanceType], zone: &str| {
+        let n2 = types.iter().find(|t| t.name == "n2-standard-8").expect("n2-standard-8");
+        n2.offering(zone, CapacityType::OnDemand).expect("described").available
+    };
+    let types = provider.instance_types(&env.pool()).await.unwrap();
+    assert!(!offered(&types, "us-central1-b"), "a DOWN zone is not offered");
+    assert!(offered(&types, "us-central1-a") && offered(&types, "us-central1-c"));
+    let claim = env.claim("in-b", vec![req(labels::ZONE, &["us-central1-b"])]);
+    assert!(
+        matches!(
+            provider.create(&claim, &LaunchOptions::default()).await,
+            Err(CloudError::InsufficientCapacity { .. })
+        ),
+        "nothing is launched in a DOWN zone"
+    );
+    assert!(env.world.lock().unwrap().inserted.is_empty());
+
+    env.world.lock().unwrap().zones_down.clear();
+    clock.advance(Duration::from_secs(299));
+    assert!(!offered(&provider.instance_types(&env.pool()).await.unwrap(), "us-central1-b"), "kept five minutes");
+    clock.advance(Duration::from_secs(2));
+    assert!(offered(&provider.instance_types(&env.pool()).await.unwrap(), "us-central1-b"), "UP again");
+}

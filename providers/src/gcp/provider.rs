@@ -1,7 +1,7 @@
 //! The GCP provider: Compute Engine through `google-cloud-compute-v1`.
 //!
 //! - Instance types come from `machineTypes.aggregatedList` for the region (the zones of each type are
-//!   where it is listed), priced from the bundled table ([`super::pricing`]).
+//!   where it is listed, offered while `zones.list` says the zone is `UP`), priced from the bundled table ([`super::pricing`]).
 //! - A launch is one `instances.insert` per claim, named `karpenter-<claim>` (as the community provider
 //!   names them), tried on the cheapest compatible offerings in turn; its zone operation is polled and its
 //!   `error.errors[].code` classified ([`super::errors`]). `bulkInsert` with an
@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use google_cloud_compute_v1::client::{
-    AcceleratorTypes, Images, Instances, MachineTypes, RegionInstanceTemplates, ZoneOperations,
+    AcceleratorTypes, Images, Instances, MachineTypes, RegionInstanceTemplates, ZoneOperations, Zones,
 };
 use google_cloud_compute_v1::model;
 use google_cloud_gax::paginator::Paginator;
@@ -146,6 +146,8 @@ type Listed = (MachineShape, BTreeSet<String>);
 struct State {
     classes: crate::classes::ClassStore<GCENodeClass, GCENodeClassStatus>,
     machine_types: Option<Cached<Vec<Listed>>>,
+    /// The region's zones whose status is `UP` (`zones.list`).
+    zones_up: Option<Cached<BTreeSet<String>>>,
     prices: Option<Cached<HashMap<String, Price>>>,
     /// Quota metrics used up, until when.
     quota: HashMap<String, Timestamp>,
@@ -166,6 +168,7 @@ pub struct GcpProvider {
     instances: Instances,
     machine_types: MachineTypes,
     accelerator_types: AcceleratorTypes,
+    zones: Zones,
     operations: ZoneOperations,
     pub(super) images: Images,
     templates: RegionInstanceTemplates,
@@ -241,6 +244,7 @@ impl GcpProvider {
             instances: client!(Instances),
             machine_types: client!(MachineTypes),
             accelerator_types: client!(AcceleratorTypes),
+            zones: client!(Zones),
             operations: client!(ZoneOperations),
             images: client!(Images),
             templates: client!(RegionInstanceTemplates),
@@ -432,6 +436,45 @@ impl GcpProvider {
         Ok(self.network_of(class, template.as_deref()))
     }
 
+    /// The region's zones that are `UP` (`zones.list`, kept for five minutes so a zone that goes down
+    /// stops being offered soon). A read that fails keeps the last one; with none yet, `None`: every
+    /// listed zone is offered, and launches there answer for themselves.
+    async fn zones_up(&self) -> Option<Arc<BTreeSet<String>>> {
+        let now = self.now();
+        if let Some(c) = &self.state().zones_up
+            && clock::since(now, c.at) < Duration::from_secs(300)
+        {
+            return Some(c.value.clone());
+        }
+        let mut up = BTreeSet::new();
+        let mut pages = self
+            .zones
+            .list()
+            .set_project(&self.settings.project)
+            .set_filter(format!("name eq {}-.*", self.settings.region))
+            .by_page();
+        while let Some(page) = pages.next().await {
+            match page {
+                Ok(page) => up.extend(
+                    page.items
+                        .into_iter()
+                        .filter(|z| z.status == Some(model::zone::Status::Up))
+                        .filter_map(|z| z.name)
+                        .filter(|n| region_of(n) == self.settings.region),
+                ),
+                Err(e) => {
+                    let e = client_error("zones.list", &e);
+                    let last = self.state().zones_up.as_ref().map(|c| c.value.clone());
+                    tracing::warn!(error = %e, "zones.list failed; {}", if last.is_some() { "keeping the zones last read" } else { "offering every listed zone" });
+                    return last;
+                }
+            }
+        }
+        let value = Arc::new(up);
+        self.state().zones_up = Some(Cached { at: now, value: value.clone() });
+        Some(value)
+    }
+
     /// The region's attachable GPUs (`acceleratorTypes.aggregatedList`): by accelerator type, each zone
     /// that has it and its `maximumCardsPerInstance`.
     async fn attachable_gpus(&self) -> Result<BTreeMap<String, BTreeMap<String, i64>>, CloudError> {
@@ -576,6 +619,7 @@ impl GcpProvider {
             vm_memory_overhead: self.settings.vm_memory_overhead,
         };
         let quota = self.live_quota();
+        let up = self.zones_up().await;
         let mut out = Vec::with_capacity(listed.len());
         for (shape, zones) in listed.iter().filter(|(s, _)| only.is_none_or(|o| s.name == o)) {
             let price = pricing::price_of(&prices, &shape.name);
@@ -589,7 +633,8 @@ impl GcpProvider {
                     };
                     let blocked = quota.iter().any(|m| quota_limits(m, &shape.name, gpu, ct == CapacityType::Spot));
                     let mut o = Offering::new(zone.clone(), ct, p.unwrap_or(0.0));
-                    o.available = p.is_some() && !blocked;
+                    // A zone that is not UP is still described (its nodes keep their price) but not offered.
+                    o.available = p.is_some() && !blocked && up.as_ref().is_none_or(|u| u.contains(zone));
                     offerings.push(o);
                 }
             }

@@ -10,13 +10,14 @@
 //! no property beyond those a schema lists). A request the real API would refuse is a 400 naming the
 //! field, and an answer that does not fit fails the test: the fake cannot drift from the API unnoticed.
 //!
-//! What it serves: `machineTypes.aggregatedList`, `acceleratorTypes.aggregatedList`, `images.{get,list}`,
+//! What it serves: `machineTypes.aggregatedList`, `acceleratorTypes.aggregatedList`, `zones.list` (every
+//! zone a machine type is listed in, `UP` unless a test takes it down), `images.{get,list}`,
 //! `regionInstanceTemplates.list`, `instances.{insert,get,aggregatedList,delete,reset}` and
 //! `zoneOperations.get`, whose operations progress over polls (running, then done) and can end in any
 //! error code a test asks for; and GKE's `projects.locations.getServerConfig` and
 //! `projects.locations.clusters.get`.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use axum::body::Bytes;
@@ -207,6 +208,8 @@ pub(crate) struct World {
     pub gke_clusters: HashMap<String, Value>,
     /// region → instance templates.
     pub templates: BTreeMap<String, Vec<Value>>,
+    /// Zones `zones.list` answers `DOWN` (every other zone of a machine type is `UP`).
+    pub zones_down: BTreeSet<String>,
     seq: u64,
 }
 
@@ -317,6 +320,24 @@ fn serve(
             Some(c) => (StatusCode::OK, c.clone()),
             None => not_found("cluster"),
         },
+        "compute.zones.list" => {
+            // `name eq <region>-.*`, as the provider filters.
+            let prefix = filter.as_deref().and_then(|f| f.strip_prefix("name eq ")).and_then(|f| f.strip_suffix(".*"));
+            let items: Vec<Value> = w
+                .machine_types
+                .keys()
+                .filter(|z| prefix.is_none_or(|p| z.starts_with(p)))
+                .map(|z| {
+                    let region = z.rsplit_once('-').map_or(z.as_str(), |(r, _)| r);
+                    let status = if w.zones_down.contains(z) { "DOWN" } else { "UP" };
+                    json!({
+                        "kind": "compute#zone", "name": z, "status": status,
+                        "region": format!("https://www.googleapis.com/compute/v1/projects/{}/regions/{region}", var("project")),
+                    })
+                })
+                .collect();
+            (StatusCode::OK, json!({"kind": "compute#zoneList", "id": "zones", "items": items}))
+        }
         "compute.acceleratorTypes.aggregatedList" => {
             (StatusCode::OK, zonal_list(&w.accelerator_types, filter.as_deref(), "acceleratorTypes", "acceleratorType"))
         }
