@@ -2,8 +2,8 @@
 
 
 def reserved_cpu_millis(cpu):
-    """Kube-reserved CPU as EKS, GKE and AKS compute it: 6% of the first core, 1% of the second, 0.5% of
-    cores 3-4 and 0.25% of the rest."""
+    """Kube-reserved CPU as EKS and GKE compute it: 6% of the first core, 1% of the second, 0.5% of cores 3-4
+    and 0.25% of the rest. (AKS's differs: gen-azure-catalog.py passes its own.)"""
     millis = 0.0
     for core in range(cpu):
         millis += 60 if core == 0 else 10 if core == 1 else 5 if core < 4 else 2.5
@@ -19,15 +19,18 @@ def header(generator, provenance, name):
     print(f"metadata: {{name: {name}}}\nspec:\n  instanceTypes:")
 
 
-def instance_type(name, cpu, memory, pods, gpus, reserved_memory_mib, labels, offerings):
+def instance_type(name, cpu, memory, pods, gpus, reserved_memory_mib, labels, offerings, reserved_cpu=None):
     """One instance type: `memory` as a quantity string, `labels` as `key: value` strings, `offerings` as
-    (zone, capacity type, price) tuples; a 100Mi eviction threshold."""
+    (zone, capacity type, price) tuples; a 100Mi eviction threshold. `reserved_cpu` (millicores) replaces
+    the EKS/GKE kube-reserved CPU."""
+    if reserved_cpu is None:
+        reserved_cpu = reserved_cpu_millis(cpu)
     print(f"  - name: {name}")
     cap = f'cpu: "{cpu}", memory: {memory}, pods: "{pods}"'
     if gpus:
         cap += f', nvidia.com/gpu: "{gpus}"'
     print(f"    capacity: {{{cap}}}")
-    print(f"    overhead: {{kubeReserved: {{cpu: {reserved_cpu_millis(cpu)}m, memory: {reserved_memory_mib}Mi}}, "
+    print(f"    overhead: {{kubeReserved: {{cpu: {reserved_cpu}m, memory: {reserved_memory_mib}Mi}}, "
           "evictionThreshold: {memory: 100Mi}}")
     print(f"    labels: {{{', '.join(labels)}}}")
     print("    offerings:")

@@ -7,7 +7,8 @@ and move): this catalog states them as the on-demand price times SPOT_SHARE, a d
 quote. Shapes: the VM sizes' published vCPU, memory and GPUs (Azure VM size documentation), in SHAPES below;
 sizes with a fraction of a GPU (NVadsA10 v5 below 36 vCPU) are left out, as the device plugin does not
 expose them as whole GPUs. Allocatable follows AKS's reservations (Kubernetes 1.29 and later): kube-reserved
-CPU of 6% of the first core, 1% of the second, 0.5% of cores 3-4 and 0.25% of the rest; kube-reserved memory
+CPU of 60m for the first core, 40m for the second, 20m each for cores 3-4 and 10m for each core after (AKS's
+table: 2 cores 100m, 4 cores 140m, 64 cores 740m); kube-reserved memory
 of 20 MiB per pod plus 50 MiB, at most 25% of memory; a 100Mi eviction threshold; MAX_PODS pods per node
 (Azure CNI overlay's default). Every size is offered in every zone given on the command line: zonal
 availability is not in the tables, so that is an assumption of the catalog.
@@ -49,10 +50,16 @@ MAX_PODS = 250
 SPOT_SHARE = 0.35
 
 
+def aks_reserved_cpu_millis(cpu):
+    """AKS's kube-reserved CPU for `cpu` cores (its node resource reservations table)."""
+    return sum(60 if core == 0 else 40 if core == 1 else 20 if core < 4 else 10 for core in range(cpu))
+
+
 def family_and_version(size):
-    """`Standard_NC24ads_A100_v4` -> ("NC", "4"): the letters before the vCPU count, and the version."""
+    """`Standard_NC24ads_A100_v4` -> ("N", "4"): the family letter (the first of the name, as
+    karpenter-provider-azure's `sku-family` has it), and the version."""
     body = size.removeprefix("Standard_")
-    family = re.match(r"[A-Z]+", body).group(0)
+    family = re.match(r"[A-Z]", body).group(0)
     version = re.search(r"_v(\d+)$", body)
     return family, version.group(1) if version else "1"
 
@@ -90,7 +97,8 @@ def main():
         offerings = [(z, ct, price) for z in zones
                      for ct, price in (("on-demand", on_demand), ("spot", on_demand * SPOT_SHARE))]
         memory_mib = min(20 * MAX_PODS + 50, gib * 1024 // 4)
-        catalog.instance_type(size, cpu, f"{gib}Gi", MAX_PODS, gpus, memory_mib, labels, offerings)
+        catalog.instance_type(size, cpu, f"{gib}Gi", MAX_PODS, gpus, memory_mib, labels, offerings,
+                              reserved_cpu=aks_reserved_cpu_millis(cpu))
 
 if __name__ == "__main__":
     main()

@@ -26,6 +26,16 @@
 //!   until no NodeClaim names it, then it is forgotten. Image families and aliases follow the API
 //!   server's version (its `/version` gitVersion, read every five minutes).
 //!
+//! - `azure` (with the `azure` feature): VMs in the AKS cluster's node resource group, through Resource
+//!   Manager with the standard Azure credential chain (workload identity, a service principal in the
+//!   environment, managed identity, the Azure CLI). Its `AKSNodeClass` objects are watched and fed to the
+//!   provider the same way; while this replica leads, each class gets the `karpenter.azure.com/termination`
+//!   finalizer and a status (node images, Kubernetes version; `ValidationSucceeded`, `ImagesReady`,
+//!   `SubnetsReady` and `Ready`). Image families follow the API server's version. Nodes join with AKS's
+//!   bootstrap: `cluster-endpoint`, the cluster CA (`cluster-ca-bundle`, else the operator's own service
+//!   account CA) and a TLS bootstrap token from the `KUBELET_BOOTSTRAP_TOKEN` environment variable (never
+//!   a setting, so never printed); or with custom data of one's own (`azure-custom-data-file`).
+//!
 //! The cloud providers' NodeClass controller is one for every kind: [`crate::node_classes`].
 //!
 //! The `providers` setting chooses among them; empty registers those that need no cloud account (kwok
@@ -68,11 +78,13 @@ pub const BUILTINS: &[Builtin] = &[
     Builtin { name: "aws", group: "karpenter.k8s.aws", kind: "EC2NodeClass" },
     #[cfg(feature = "gcp")]
     Builtin { name: "gcp", group: "karpenter.k8s.gcp", kind: "GCENodeClass" },
+    #[cfg(feature = "azure")]
+    Builtin { name: "azure", group: "karpenter.azure.com", kind: "AKSNodeClass" },
 ];
 
 /// The built-in providers that need a cloud account: registered only when the `providers` setting
 /// names them.
-const CLOUD: &[&str] = &["aws", "gcp"];
+const CLOUD: &[&str] = &["aws", "gcp", "azure"];
 
 /// The CRDs of the built-in providers' NodeClass kinds.
 pub fn crds() -> Vec<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> {
@@ -82,6 +94,8 @@ pub fn crds() -> Vec<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensi
     crds.push(tenon_providers::aws::EC2NodeClass::crd());
     #[cfg(feature = "gcp")]
     crds.push(tenon_providers::gcp::GCENodeClass::crd());
+    #[cfg(feature = "azure")]
+    crds.push(tenon_providers::azure::AKSNodeClass::crd());
     crds
 }
 
@@ -174,6 +188,10 @@ pub async fn register(
     if wanted(settings, "gcp") {
         feeds.push(gcp(registry, client, settings, unavailable, leading.clone()).await?);
     }
+    #[cfg(feature = "azure")]
+    if wanted(settings, "azure") {
+        feeds.push(azure(registry, client, settings, unavailable, leading.clone())?);
+    }
     let _ = (unavailable, leading);
     Ok(feeds)
 }
@@ -250,15 +268,112 @@ async fn gcp(
     Ok(crate::node_classes::feed(provider, client, leading))
 }
 
+/// The Azure settings `tenon run`'s settings (and, for the bootstrap token, the environment) say; an
+/// error names the missing setting.
+#[cfg(feature = "azure")]
+pub fn azure_settings(
+    settings: &Settings,
+    bootstrap_token: Option<String>,
+    service_account_ca: Option<&[u8]>,
+) -> Result<tenon_providers::azure::AzureSettings> {
+    use base64::Engine;
+    use tenon_providers::azure::AzureSettings;
+    use tenon_providers::azure::bootstrap::{AksBootstrap, Bootstrap, Secret};
+    let need = |value: &str, key: &str, env: &str| -> Result<String> {
+        if value.is_empty() {
+            anyhow::bail!("the azure provider needs {key} ({env})");
+        }
+        Ok(value.to_owned())
+    };
+    let mut s = AzureSettings::new(
+        &need(&settings.azure_subscription_id, "azure-subscription-id", "AZURE_SUBSCRIPTION_ID")?,
+        &need(&settings.azure_node_resource_group, "azure-node-resource-group", "AZURE_NODE_RESOURCE_GROUP")?,
+        &need(&settings.azure_location, "azure-location", "AZURE_LOCATION")?,
+        &settings.cluster_name,
+    );
+    s.vnet_subnet_id = Some(settings.vnet_subnet_id.clone()).filter(|v| !v.is_empty());
+    s.network_plugin = settings.network_plugin.clone();
+    s.network_plugin_mode = settings.network_plugin_mode.clone();
+    s.network_policy = settings.network_policy.clone();
+    s.ssh_public_key = settings.ssh_public_key.clone();
+    s.node_identities =
+        settings.node_identities.split(',').map(str::trim).filter(|i| !i.is_empty()).map(str::to_owned).collect();
+    s.vm_memory_overhead = settings.vm_memory_overhead;
+    s.interruption_queue = settings.interruption_queue.clone();
+    s.bootstrap = if settings.azure_custom_data_file.is_empty() {
+        let endpoint = settings
+            .cluster_endpoint
+            .clone()
+            .context("the azure provider's AKS bootstrap needs cluster-endpoint (CLUSTER_ENDPOINT)")?;
+        let ca_bundle = match (&settings.cluster_ca_bundle, service_account_ca) {
+            (Some(b), _) => b.clone(),
+            (None, Some(pem)) => base64::engine::general_purpose::STANDARD.encode(pem),
+            (None, None) => anyhow::bail!(
+                "the azure provider's AKS bootstrap needs cluster-ca-bundle (CLUSTER_CA_BUNDLE), or the service account's CA"
+            ),
+        };
+        let token = bootstrap_token
+            .filter(|t| !t.is_empty())
+            .context("the azure provider's AKS bootstrap needs a TLS bootstrap token in KUBELET_BOOTSTRAP_TOKEN")?;
+        Bootstrap::Aks(AksBootstrap {
+            cluster_endpoint: endpoint,
+            ca_bundle,
+            bootstrap_token: Secret(token),
+            tenant_id: settings.azure_tenant_id.clone(),
+            dns_service_ip: settings.dns_service_ip.clone(),
+            kubelet_identity_client_id: Some(settings.kubelet_identity_client_id.clone()).filter(|v| !v.is_empty()),
+            network_security_group: settings.network_security_group.clone(),
+            route_table: String::new(),
+        })
+    } else {
+        let path = &settings.azure_custom_data_file;
+        let data = std::fs::read_to_string(path).with_context(|| format!("azure-custom-data-file: reading {path}"))?;
+        Bootstrap::Own(data)
+    };
+    Ok(s)
+}
+
+/// The Azure provider, registered, and the watch feeding it its `AKSNodeClass` objects.
+#[cfg(feature = "azure")]
+fn azure(
+    registry: &mut ProviderRegistry,
+    client: &Client,
+    settings: &Settings,
+    unavailable: &Arc<UnavailableOfferings>,
+    leading: tokio::sync::watch::Receiver<bool>,
+) -> Result<Feed> {
+    use tenon_providers::azure::AzureProvider;
+    let ca = std::fs::read("/var/run/secrets/kubernetes.io/serviceaccount/ca.crt").ok();
+    let azure = azure_settings(settings, std::env::var("KUBELET_BOOTSTRAP_TOKEN").ok(), ca.as_deref())?;
+    let provider = Arc::new(
+        AzureProvider::new(azure, None).context("the azure provider")?.with_unavailable_offerings(unavailable.clone()),
+    );
+    tracing::info!(
+        subscription = %provider.settings().subscription_id,
+        resource_group = %provider.settings().resource_group,
+        location = %provider.settings().location,
+        "the azure provider"
+    );
+    // Until the API server's version is read, image families do not resolve.
+    let versioned = provider.clone();
+    tokio::spawn(kubernetes_version(client.clone(), move |info| {
+        if let Err(e) = versioned.set_kubernetes_version(&info.git_version) {
+            tracing::warn!(error = %e, "the API server's /version gitVersion");
+        }
+    }));
+    registry.register_arc(provider.clone()).context("registering the azure provider")?;
+    Ok(crate::node_classes::feed(provider, client, leading))
+}
+
 /// How often the API server's version is read again (a control-plane upgrade moves image aliases and
 /// families to the new version's images).
-#[cfg(any(feature = "aws", feature = "gcp"))]
+#[cfg(any(feature = "aws", feature = "gcp", feature = "azure"))]
 const VERSION_REFRESH: std::time::Duration = std::time::Duration::from_secs(5 * 60);
 
 /// Keeps a provider's Kubernetes version (which pins image aliases and families) at the API server's:
 /// `set` is given its `/version`, read at once and every [`VERSION_REFRESH`]. A read that fails keeps the
 /// version known.
-#[cfg(any(feature = "aws", feature = "gcp"))]
+#[cfg(any(feature = "aws", feature = "gcp", feature = "azure"))]
 async fn kubernetes_version(client: Client, set: impl Fn(&k8s_openapi::apimachinery::pkg::version::Info) + Send) {
     loop {
         match client.apiserver_version().await {

@@ -258,3 +258,30 @@ impl NodeClassController for tenon_providers::gcp::GcpProvider {
         Ok(())
     }
 }
+
+#[cfg(feature = "azure")]
+impl NodeClassController for tenon_providers::azure::AzureProvider {
+    type Class = tenon_providers::azure::AKSNodeClass;
+    const GROUP: &'static str = tenon_providers::azure::nodeclass::GROUP;
+    const KIND: &'static str = tenon_providers::azure::nodeclass::KIND;
+    const FINALIZER: &'static str = tenon_providers::azure::nodeclass::FINALIZER;
+
+    fn apply(&self, class: Self::Class) -> Result<(), CloudError> {
+        self.apply_node_class(class)
+    }
+
+    fn forget(&self, name: &str) {
+        self.forget_node_class(name);
+    }
+
+    async fn status(&self, class: &Self::Class) -> tenon_providers::azure::AKSNodeClassStatus {
+        self.node_class_status(class).await
+    }
+
+    /// Nothing is made in the cloud per class (VMs name their image and settings themselves): the class
+    /// is forgotten.
+    async fn clean_up(&self, name: &str) -> Result<()> {
+        self.forget_node_class(name);
+        Ok(())
+    }
+}

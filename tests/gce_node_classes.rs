@@ -18,9 +18,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use kube::api::{Api, DeleteParams, PostParams};
-use kube::config::{Config, KubeConfigOptions, Kubeconfig};
 use kube::runtime::events::Reporter;
-use kube::{Client, ResourceExt};
 use serde_json::json;
 use tenon::kube::KubeCluster;
 use tenon_core::api::{NodeClaim, NodeClaimSpec, NodeClassRef};
@@ -33,15 +31,6 @@ use common::{Audit, install_chart, real_time};
 const PROJECT: &str = "test-project";
 const REGION: &str = "us-central1";
 const IMAGE: &str = "projects/test-project/global/images/cos-test";
-
-async fn client(path: &str) -> Client {
-    // The dependency stack enables rustls with two crypto back-ends; the process picks one, as `tenon run`
-    // does.
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let kubeconfig = Kubeconfig::read_from(path).unwrap_or_else(|e| panic!("reading {path}: {e}"));
-    let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await.unwrap();
-    Client::try_from(config).unwrap()
-}
 
 /// The subnetwork of the cluster's node pool.
 const SUBNETWORK: &str = "projects/test-project/regions/us-central1/subnetworks/nodes";
@@ -84,14 +73,11 @@ fn class(name: &str, image: &str) -> GCENodeClass {
 
 /// The condition `type_` of `class`, as (status, reason, message).
 fn condition(class: &GCENodeClass, type_: &str) -> Option<(String, String, String)> {
-    let c = class.status.as_ref()?.conditions.iter().find(|c| c.type_ == type_)?;
-    let v = serde_json::to_value(c).unwrap();
-    let field = |k: &str| v[k].as_str().unwrap_or_default().to_owned();
-    Some((field("status"), field("reason"), field("message")))
+    common::condition_of(class, type_)
 }
 
 fn has_finalizer(class: &GCENodeClass) -> bool {
-    class.finalizers().iter().any(|f| f == FINALIZER)
+    common::has_finalizer_of(class, FINALIZER)
 }
 
 #[test]
@@ -101,8 +87,8 @@ fn gce_node_classes_get_the_finalizer_and_their_status_and_stay_while_claims_nam
     let admin_kubeconfig = common::env().1;
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     rt.block_on(async {
-        let admin = client(&admin_kubeconfig).await;
-        let operator = client(&kubeconfig).await;
+        let admin = common::client_from(&admin_kubeconfig).await;
+        let operator = common::client_from(&kubeconfig).await;
         let classes = Api::<GCENodeClass>::all(admin.clone());
         let claims = Api::<NodeClaim>::all(admin.clone());
         let id = format!("gce-{}", std::process::id());

@@ -280,7 +280,7 @@ pub const SETTINGS: &[SettingSpec] = &[
         "INTERRUPTION_QUEUE",
         "",
         Kind::Text,
-        "The SQS queue (name or URL) EventBridge delivers EC2 interruption events to, for the aws provider; empty turns interruption handling off.",
+        "The interruption queue: for the aws provider the SQS queue (name or URL) EventBridge delivers EC2 interruption events to; for the azure provider the Service Bus queue (https://<namespace>.servicebus.windows.net/<queue>) Event Grid delivers Health Resources events to; empty turns interruption handling off.",
     ),
     s(
         "vm-memory-overhead-percent",
@@ -344,6 +344,104 @@ pub const SETTINGS: &[SettingSpec] = &[
         "",
         Kind::Text,
         "The GKE node pool whose instance template the gcp provider's nodes take their bootstrap from; empty: default-pool, else the first.",
+    ),
+    s(
+        "azure-subscription-id",
+        "AZURE_SUBSCRIPTION_ID",
+        "",
+        Kind::Text,
+        "The Azure subscription the azure provider makes VMs in.",
+    ),
+    s(
+        "azure-node-resource-group",
+        "AZURE_NODE_RESOURCE_GROUP",
+        "",
+        Kind::Text,
+        "The AKS cluster's node resource group (MC_<group>_<cluster>_<location>), where the azure provider makes VMs, NICs and disks.",
+    ),
+    s(
+        "azure-location",
+        "AZURE_LOCATION",
+        "",
+        Kind::Text,
+        "The Azure location (eastus) of the cluster, for the azure provider.",
+    ),
+    s(
+        "azure-tenant-id",
+        "AZURE_TENANT_ID",
+        "",
+        Kind::Text,
+        "The Entra tenant of the subscription, written into AKS nodes' bootstrap by the azure provider.",
+    ),
+    s(
+        "vnet-subnet-id",
+        "VNET_SUBNET_ID",
+        "",
+        Kind::Text,
+        "The subnet the azure provider's VMs join when their AKSNodeClass names none (/subscriptions/…/virtualNetworks/<vnet>/subnets/<subnet>).",
+    ),
+    s(
+        "network-plugin",
+        "NETWORK_PLUGIN",
+        "azure",
+        Kind::Text,
+        "The AKS cluster's network plugin (azure, kubenet, none), for the azure provider's bootstrap and default max pods.",
+    ),
+    s(
+        "network-plugin-mode",
+        "NETWORK_PLUGIN_MODE",
+        "overlay",
+        Kind::Text,
+        "The network plugin's mode (overlay, or empty for Azure CNI on the node subnet), for the azure provider.",
+    ),
+    s(
+        "network-policy",
+        "NETWORK_POLICY",
+        "",
+        Kind::Text,
+        "The AKS cluster's network policy (calico, azure, cilium, or empty), for the azure provider's bootstrap.",
+    ),
+    s(
+        "dns-service-ip",
+        "DNS_SERVICE_IP",
+        "",
+        Kind::Text,
+        "The cluster DNS service's address AKS nodes use; empty: 10.0.0.10.",
+    ),
+    s(
+        "ssh-public-key",
+        "SSH_PUBLIC_KEY",
+        "",
+        Kind::Text,
+        "The SSH public key of the azure provider's VMs' admin user.",
+    ),
+    s(
+        "node-identities",
+        "NODE_IDENTITIES",
+        "",
+        Kind::Text,
+        "User-assigned identities (resource ids, comma-separated) the azure provider attaches to every VM: the kubelet's identity.",
+    ),
+    s(
+        "kubelet-identity-client-id",
+        "KUBELET_IDENTITY_CLIENT_ID",
+        "",
+        Kind::Text,
+        "The client id of the kubelet's identity, written into AKS nodes' bootstrap.",
+    ),
+    s(
+        "network-security-group",
+        "NETWORK_SECURITY_GROUP",
+        "",
+        Kind::Text,
+        "The node resource group's network security group (aks-agentpool-<id>-nsg), for AKS nodes' bootstrap.",
+    ),
+    s(
+        "azure-custom-data-file",
+        "AZURE_CUSTOM_DATA_FILE",
+        "",
+        Kind::Text,
+        "A file of custom data (a #cloud-config or a #! script) the azure provider's VMs boot with instead of AKS's bootstrap, for self-managed Kubernetes on Azure.",
     ),
     s(
         "kwok-catalog",
@@ -578,6 +676,34 @@ pub struct Settings {
     pub default_nodepool_service_account: Option<String>,
     /// `default-nodepool-template-name`: the node pool the gcp provider's bootstrap comes from.
     pub default_nodepool_template_name: Option<String>,
+    /// `azure-subscription-id`: the Azure subscription the azure provider makes VMs in.
+    pub azure_subscription_id: String,
+    /// `azure-node-resource-group`: The AKS cluster's node resource group (`MC_<group>_<cluster>_<location>`), where the azure provider makes VMs, NICs and disks.
+    pub azure_node_resource_group: String,
+    /// `azure-location`: the Azure location (eastus) of the cluster, for the azure provider.
+    pub azure_location: String,
+    /// `azure-tenant-id`: The Entra tenant of the subscription, written into AKS nodes' bootstrap by the azure provider.
+    pub azure_tenant_id: String,
+    /// `vnet-subnet-id`: the subnet the azure provider's VMs join when their AKSNodeClass names none (`/subscriptions/…/virtualNetworks/<vnet>/subnets/<subnet>`).
+    pub vnet_subnet_id: String,
+    /// `network-plugin`: The AKS cluster's network plugin (azure, kubenet, none), for the azure provider's bootstrap and default max pods.
+    pub network_plugin: String,
+    /// `network-plugin-mode`: the network plugin's mode (overlay, or empty for Azure CNI on the node subnet), for the azure provider.
+    pub network_plugin_mode: String,
+    /// `network-policy`: The AKS cluster's network policy (calico, azure, cilium, or empty), for the azure provider's bootstrap.
+    pub network_policy: String,
+    /// `dns-service-ip`: the cluster DNS service's address AKS nodes use; empty: 10.0.0.10.
+    pub dns_service_ip: String,
+    /// `ssh-public-key`: The SSH public key of the azure provider's VMs' admin user.
+    pub ssh_public_key: String,
+    /// `node-identities`: User-assigned identities (resource ids, comma-separated) the azure provider attaches to every VM: the kubelet's identity.
+    pub node_identities: String,
+    /// `kubelet-identity-client-id`: the client id of the kubelet's identity, written into AKS nodes' bootstrap.
+    pub kubelet_identity_client_id: String,
+    /// `network-security-group`: the node resource group's network security group (`aks-agentpool-<id>-nsg`), for AKS nodes' bootstrap.
+    pub network_security_group: String,
+    /// `azure-custom-data-file`: A file of custom data (a `#cloud-config` or a `#!` script) the azure provider's VMs boot with instead of AKS's bootstrap, for self-managed Kubernetes on Azure.
+    pub azure_custom_data_file: String,
     /// The simulated-node provider's InstanceCatalog file (`None`: its built-in catalog).
     pub kwok_catalog: Option<String>,
     /// How long a simulated node takes to appear.
@@ -812,6 +938,20 @@ impl Settings {
                 .filter(|q| !q.is_empty()),
             default_nodepool_template_name: Some(get("default-nodepool-template-name").1.trim().to_owned())
                 .filter(|q| !q.is_empty()),
+            azure_subscription_id: get("azure-subscription-id").1.trim().to_owned(),
+            azure_node_resource_group: get("azure-node-resource-group").1.trim().to_owned(),
+            azure_location: get("azure-location").1.trim().to_owned(),
+            azure_tenant_id: get("azure-tenant-id").1.trim().to_owned(),
+            vnet_subnet_id: get("vnet-subnet-id").1.trim().to_owned(),
+            network_plugin: get("network-plugin").1.trim().to_owned(),
+            network_plugin_mode: get("network-plugin-mode").1.trim().to_owned(),
+            network_policy: get("network-policy").1.trim().to_owned(),
+            dns_service_ip: get("dns-service-ip").1.trim().to_owned(),
+            ssh_public_key: get("ssh-public-key").1.trim().to_owned(),
+            node_identities: get("node-identities").1.trim().to_owned(),
+            kubelet_identity_client_id: get("kubelet-identity-client-id").1.trim().to_owned(),
+            network_security_group: get("network-security-group").1.trim().to_owned(),
+            azure_custom_data_file: get("azure-custom-data-file").1.trim().to_owned(),
             kwok_catalog: Some(get("kwok-catalog").1.trim().to_owned()).filter(|c| !c.is_empty()),
             kwok_registration_delay: duration("kwok-registration-delay")?,
         })

@@ -83,6 +83,66 @@ pub fn referenced<'a>(
     }
 }
 
+/// The reason of a false `ValidationSucceeded`.
+pub const REASON_VALIDATION_FAILED: &str = "ValidationFailed";
+/// The reason of a false `Ready`.
+pub const REASON_NOT_READY: &str = "NotReady";
+
+/// A NodeClass's conditions as one status pass writes them: `ValidationSucceeded`, each resolution's
+/// condition, and `Ready` (true when every other is). A condition keeps its transition time while its
+/// status stays.
+#[derive(Debug)]
+pub struct Readiness {
+    conditions: Vec<tenon_core::api::Condition>,
+    now: Timestamp,
+    unready: Vec<&'static str>,
+}
+
+impl Readiness {
+    /// Starts from the class's `previous` conditions, at `now`.
+    pub fn new(previous: Vec<tenon_core::api::Condition>, now: Timestamp) -> Self {
+        Self { conditions: previous, now, unready: Vec::new() }
+    }
+
+    /// The class failed validation (`message` names the field): `ValidationSucceeded` and `Ready` false,
+    /// the other conditions as they were.
+    pub fn invalid(mut self, message: &str) -> Vec<tenon_core::api::Condition> {
+        use tenon_core::api::condition_types::VALIDATION_SUCCEEDED;
+        self.set(VALIDATION_SUCCEEDED, Err(message.to_owned()), REASON_VALIDATION_FAILED);
+        self.finish()
+    }
+
+    /// Sets condition `type_`: true when `result` is, else false with `reason` and the error's message.
+    pub fn set(&mut self, type_: &'static str, result: Result<(), String>, reason: &str) {
+        use tenon_core::api::{ConditionStatus, set_condition};
+        match result {
+            Ok(()) => set_condition(&mut self.conditions, type_, ConditionStatus::True, type_, "", self.now),
+            Err(m) => {
+                self.unready.push(type_);
+                set_condition(&mut self.conditions, type_, ConditionStatus::False, reason, &m, self.now);
+            }
+        }
+    }
+
+    /// The conditions, with `Ready`.
+    pub fn finish(mut self) -> Vec<tenon_core::api::Condition> {
+        use tenon_core::api::{ConditionStatus, set_condition};
+        const READY: &str = "Ready";
+        if self.unready.is_empty() {
+            set_condition(&mut self.conditions, READY, ConditionStatus::True, READY, "", self.now);
+        } else {
+            let verb = if self.unready == [tenon_core::api::condition_types::VALIDATION_SUCCEEDED] {
+                "is False".to_owned()
+            } else {
+                "not ready".to_owned()
+            };
+            let message = format!("{} {verb}", self.unready.join(", "));
+            set_condition(&mut self.conditions, READY, ConditionStatus::False, REASON_NOT_READY, &message, self.now);
+        }
+        self.conditions
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]

@@ -4,8 +4,8 @@
 //!
 //! - `aws`: EC2 through `aws-sdk-ec2` (`EC2NodeClass`, group `karpenter.k8s.aws`);
 //! - `gcp`: Compute Engine through `google-cloud-compute-v1` (`GCENodeClass`, group `karpenter.k8s.gcp`),
-//!   in progress (docs/gcp.md);
-//! - `azure`: Azure Virtual Machines, a placeholder: enabling it builds and adds nothing yet.
+//!   (docs/gcp.md);
+//! - `azure`: Azure VMs through Resource Manager (`AKSNodeClass`, group `karpenter.azure.com`).
 //!
 //! Each provider implements [`tenon_core::cloud::CloudProvider`] and passes the core's conformance suite
 //! in its own tests. [`kubelet`] is the kubelet configuration the AWS and GCP NodeClasses share.
@@ -15,7 +15,9 @@
 pub mod alias;
 #[cfg(feature = "aws")]
 pub mod aws;
-#[cfg(any(feature = "aws", feature = "gcp"))]
+#[cfg(feature = "azure")]
+pub mod azure;
+#[cfg(any(feature = "aws", feature = "gcp", feature = "azure"))]
 pub mod classes;
 #[cfg(feature = "gcp")]
 pub mod gcp;

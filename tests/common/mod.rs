@@ -177,3 +177,28 @@ impl Audit {
         requests.len()
     }
 }
+
+/// A client of the cluster the kubeconfig at `path` names. The dependency stack enables rustls with two
+/// crypto back-ends; the process picks one, as `tenon run` does.
+pub(crate) async fn client_from(path: &str) -> kube::Client {
+    use kube::config::{Config, KubeConfigOptions, Kubeconfig};
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let kubeconfig = Kubeconfig::read_from(path).unwrap_or_else(|e| panic!("reading {path}: {e}"));
+    let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .unwrap_or_else(|e| panic!("{path}: {e}"));
+    kube::Client::try_from(config).unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
+/// The condition `type_` of an object's `status.conditions`, as (status, reason, message).
+pub(crate) fn condition_of<T: serde::Serialize>(object: &T, type_: &str) -> Option<(String, String, String)> {
+    let v = serde_json::to_value(object).ok()?;
+    let c = v["status"]["conditions"].as_array()?.iter().find(|c| c["type"] == type_)?;
+    let field = |k: &str| c[k].as_str().unwrap_or_default().to_owned();
+    Some((field("status"), field("reason"), field("message")))
+}
+
+/// Whether `object` carries `finalizer`.
+pub(crate) fn has_finalizer_of(object: &impl kube::ResourceExt, finalizer: &str) -> bool {
+    object.finalizers().iter().any(|f| f == finalizer)
+}

@@ -142,6 +142,20 @@ projectId: PROJECT_ID
 clusterLocation: CLUSTER_LOCATION
 defaultNodepoolServiceAccount: DEFAULT_NODEPOOL_SERVICE_ACCOUNT
 defaultNodepoolTemplateName: DEFAULT_NODEPOOL_TEMPLATE_NAME
+azureSubscriptionId: AZURE_SUBSCRIPTION_ID
+azureNodeResourceGroup: AZURE_NODE_RESOURCE_GROUP
+azureLocation: AZURE_LOCATION
+azureTenantId: AZURE_TENANT_ID
+vnetSubnetId: VNET_SUBNET_ID
+networkPlugin: NETWORK_PLUGIN
+networkPluginMode: NETWORK_PLUGIN_MODE
+networkPolicy: NETWORK_POLICY
+dnsServiceIp: DNS_SERVICE_IP
+sshPublicKey: SSH_PUBLIC_KEY
+nodeIdentities: NODE_IDENTITIES
+kubeletIdentityClientId: KUBELET_IDENTITY_CLIENT_ID
+networkSecurityGroup: NETWORK_SECURITY_GROUP
+azureCustomDataFile: AZURE_CUSTOM_DATA_FILE
 kwokCatalog: KWOK_CATALOG
 kwokRegistrationDelay: KWOK_REGISTRATION_DELAY
 {{- end }}

@@ -2,7 +2,8 @@
 //! resolve to, its network and subnetwork, and the conditions [`condition_types::VALIDATION_SUCCEEDED`],
 //! [`condition_types::IMAGES_READY`], [`condition_types::NETWORK_READY`] and [`condition_types::READY`].
 
-use tenon_core::api::{ConditionStatus, set_condition};
+use crate::classes::Readiness;
+pub use crate::classes::{REASON_NOT_READY, REASON_VALIDATION_FAILED};
 
 use super::nodeclass::{GCENodeClass, GCENodeClassStatus};
 use super::provider::GcpProvider;
@@ -20,14 +21,10 @@ pub mod condition_types {
     pub const READY: &str = "Ready";
 }
 
-/// The reason of a false [`condition_types::VALIDATION_SUCCEEDED`].
-pub const REASON_VALIDATION_FAILED: &str = "ValidationFailed";
 /// The reason of a false [`condition_types::IMAGES_READY`].
 pub const REASON_IMAGE_RESOLUTION_FAILED: &str = "ImageResolutionFailed";
 /// The reason of a false [`condition_types::NETWORK_READY`].
 pub const REASON_NETWORK_RESOLUTION_FAILED: &str = "NetworkResolutionFailed";
-/// The reason of a false [`condition_types::READY`].
-pub const REASON_NOT_READY: &str = "NotReady";
 
 impl GcpProvider {
     /// The status of `class`: its conditions, and the images its terms resolve to now (those of its last
@@ -35,57 +32,34 @@ impl GcpProvider {
     /// `ValidationSucceeded` is false with the error (naming the field), `Ready` false, the rest as it was.
     /// A condition keeps its transition time while its status stays.
     pub async fn node_class_status(&self, class: &GCENodeClass) -> GCENodeClassStatus {
-        use condition_types::{IMAGES_READY, NETWORK_READY, READY, VALIDATION_SUCCEEDED};
+        use condition_types::{IMAGES_READY, NETWORK_READY, VALIDATION_SUCCEEDED};
         let previous = class.status.clone().unwrap_or_default();
-        let now = self.now();
-        let mut conditions = previous.conditions.clone();
+        let mut r = Readiness::new(previous.conditions.clone(), self.now());
         if let Err(m) = class.validate() {
-            set_condition(
-                &mut conditions,
-                VALIDATION_SUCCEEDED,
-                ConditionStatus::False,
-                REASON_VALIDATION_FAILED,
-                &m,
-                now,
-            );
-            let message = format!("{VALIDATION_SUCCEEDED} is False");
-            set_condition(&mut conditions, READY, ConditionStatus::False, REASON_NOT_READY, &message, now);
-            return GCENodeClassStatus { conditions, ..previous };
+            return GCENodeClassStatus { conditions: r.invalid(&m), ..previous };
         }
-        set_condition(&mut conditions, VALIDATION_SUCCEEDED, ConditionStatus::True, VALIDATION_SUCCEEDED, "", now);
-        let mut unready: Vec<&str> = Vec::new();
+        r.set(VALIDATION_SUCCEEDED, Ok(()), "");
         let images = match self.resolve_images(class).await {
             Ok(images) => {
-                set_condition(&mut conditions, IMAGES_READY, ConditionStatus::True, IMAGES_READY, "", now);
+                r.set(IMAGES_READY, Ok(()), "");
                 images
             }
             Err(e) => {
-                unready.push(IMAGES_READY);
-                let message = e.to_string();
-                let reason = REASON_IMAGE_RESOLUTION_FAILED;
-                set_condition(&mut conditions, IMAGES_READY, ConditionStatus::False, reason, &message, now);
+                r.set(IMAGES_READY, Err(e.to_string()), REASON_IMAGE_RESOLUTION_FAILED);
                 previous.images
             }
         };
         let (network, subnetwork) = match self.resolve_network(class).await {
             Ok(n) => {
-                set_condition(&mut conditions, NETWORK_READY, ConditionStatus::True, NETWORK_READY, "", now);
+                r.set(NETWORK_READY, Ok(()), "");
                 n
             }
             Err(e) => {
-                unready.push(NETWORK_READY);
-                let reason = REASON_NETWORK_RESOLUTION_FAILED;
-                set_condition(&mut conditions, NETWORK_READY, ConditionStatus::False, reason, &e.to_string(), now);
+                r.set(NETWORK_READY, Err(e.to_string()), REASON_NETWORK_RESOLUTION_FAILED);
                 (previous.network.clone(), previous.subnetwork.clone())
             }
         };
-        if unready.is_empty() {
-            set_condition(&mut conditions, READY, ConditionStatus::True, READY, "", now);
-        } else {
-            let message = format!("{} not ready", unready.join(", "));
-            set_condition(&mut conditions, READY, ConditionStatus::False, REASON_NOT_READY, &message, now);
-        }
-        GCENodeClassStatus { images, network, subnetwork, conditions }
+        GCENodeClassStatus { images, network, subnetwork, conditions: r.finish() }
     }
 }
 
@@ -101,6 +75,7 @@ mod tests {
     use super::*;
     use crate::gcp::nodeclass::ResolvedImage;
     use crate::gcp::provider::GcpSettings;
+    use tenon_core::api::ConditionStatus;
 
     /// A provider on a virtual clock whose Compute Engine answers every call 404 (no image exists).
     async fn provider(clock: std::sync::Arc<VirtualClock>) -> GcpProvider {
