@@ -259,11 +259,7 @@ async fn gcp(
     tracing::info!(project = %provider.settings().project, region = %provider.settings().region, "the gcp provider");
     // Until the API server's version is read, family and alias image terms do not resolve.
     let versioned = provider.clone();
-    tokio::spawn(kubernetes_version(client.clone(), move |info| {
-        if let Err(e) = versioned.set_kubernetes_version(&info.git_version) {
-            tracing::warn!(error = %e, "the API server's /version gitVersion");
-        }
-    }));
+    follow_git_version(client, move |v| versioned.set_kubernetes_version(v));
     registry.register_arc(provider.clone()).context("registering the gcp provider")?;
     Ok(crate::node_classes::feed(provider, client, leading))
 }
@@ -356,11 +352,7 @@ fn azure(
     );
     // Until the API server's version is read, image families do not resolve.
     let versioned = provider.clone();
-    tokio::spawn(kubernetes_version(client.clone(), move |info| {
-        if let Err(e) = versioned.set_kubernetes_version(&info.git_version) {
-            tracing::warn!(error = %e, "the API server's /version gitVersion");
-        }
-    }));
+    follow_git_version(client, move |v| versioned.set_kubernetes_version(v));
     registry.register_arc(provider.clone()).context("registering the azure provider")?;
     Ok(crate::node_classes::feed(provider, client, leading))
 }
@@ -382,6 +374,20 @@ async fn kubernetes_version(client: Client, set: impl Fn(&k8s_openapi::apimachin
         }
         tokio::time::sleep(VERSION_REFRESH).await;
     }
+}
+
+/// Keeps a provider at the API server's `/version` gitVersion (`v1.33.5-gke.1080000`), given to `set`; a
+/// version `set` refuses is logged.
+#[cfg(any(feature = "gcp", feature = "azure"))]
+fn follow_git_version(
+    client: &Client,
+    set: impl Fn(&str) -> Result<(), tenon_core::cloud::CloudError> + Send + 'static,
+) {
+    tokio::spawn(kubernetes_version(client.clone(), move |info| {
+        if let Err(e) = set(&info.git_version) {
+            tracing::warn!(error = %e, "the API server's /version gitVersion");
+        }
+    }));
 }
 
 /// The self-managed inventory as the cluster has it now: the `SelfManagedNodeClass` objects, the BMC

@@ -41,6 +41,9 @@ fn crds_prints_the_karpenter_kinds_and_the_node_classes_built_in() {
     if cfg!(feature = "gcp") {
         expected.push("gcenodeclasses.karpenter.k8s.gcp");
     }
+    if cfg!(feature = "azure") {
+        expected.push("aksnodeclasses.karpenter.azure.com");
+    }
     assert_eq!(names, expected);
 }
 
