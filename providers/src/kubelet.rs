@@ -182,3 +182,54 @@ pub fn kube_reserved_cpu_millis(vcpu: i64) -> i64 {
     }
     tenths / 10
 }
+
+/// The labels a kubelet may register itself with: it refuses to start on `kubernetes.io` and `k8s.io`
+/// labels outside the few the NodeRestriction admission plugin allows, so those are left to the API.
+pub fn kubelet_labels(labels: &BTreeMap<String, String>) -> BTreeMap<String, String> {
+    const ALLOWED: [&str; 9] = [
+        "kubernetes.io/hostname",
+        "kubernetes.io/instance-type",
+        "kubernetes.io/os",
+        "kubernetes.io/arch",
+        "beta.kubernetes.io/instance-type",
+        "beta.kubernetes.io/os",
+        "beta.kubernetes.io/arch",
+        "topology.kubernetes.io/region",
+        "topology.kubernetes.io/zone",
+    ];
+    const ALLOWED_PREFIXES: [&str; 3] =
+        ["kubelet.kubernetes.io/", "node.kubernetes.io/", "failure-domain.beta.kubernetes.io/"];
+    labels
+        .iter()
+        .filter(|(k, _)| {
+            let domain = k.split_once('/').map(|(d, _)| d).unwrap_or("");
+            let restricted = domain == "kubernetes.io"
+                || domain.ends_with(".kubernetes.io")
+                || domain == "k8s.io"
+                || domain.ends_with(".k8s.io");
+            !restricted || ALLOWED.contains(&k.as_str()) || ALLOWED_PREFIXES.iter().any(|p| k.starts_with(p))
+        })
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::kubelet_labels;
+
+    #[test]
+    fn the_kubelet_registers_only_labels_node_restriction_allows() {
+        let labels = [
+            "karpenter.sh/nodepool",
+            "kubernetes.io/arch",
+            "node.kubernetes.io/instance-type",
+            "node-role.kubernetes.io/worker",
+            "example.k8s.io/thing",
+        ]
+        .into_iter()
+        .map(|k| (k.to_owned(), "x".to_owned()))
+        .collect();
+        let kept: Vec<String> = kubelet_labels(&labels).into_keys().collect();
+        assert_eq!(kept, ["karpenter.sh/nodepool", "kubernetes.io/arch", "node.kubernetes.io/instance-type"]);
+    }
+}

@@ -21,7 +21,7 @@ pub mod azure;
 pub mod classes;
 #[cfg(feature = "gcp")]
 pub mod gcp;
-#[cfg(any(feature = "aws", feature = "gcp"))]
+#[cfg(any(feature = "aws", feature = "gcp", feature = "azure"))]
 pub mod kubelet;
 
 /// The providers compiled into this build, by name.

@@ -19,6 +19,8 @@ use std::fmt;
 use base64::Engine;
 use k8s_openapi::api::core::v1::Taint;
 
+use crate::kubelet::kubelet_labels;
+
 /// A value that is not printed by `Debug`.
 #[derive(Clone, PartialEq, Eq, Default)]
 pub struct Secret(pub String);
@@ -122,32 +124,6 @@ pub fn taints_flag(taints: &[Taint]) -> String {
     out.join(",")
 }
 
-/// Labels the kubelet may set on its own node: outside `kubernetes.io`/`k8s.io`, or in their allowed
-/// subdomains and keys.
-pub fn kubelet_may_set(key: &str) -> bool {
-    let Some((prefix, _)) = key.split_once('/') else { return true };
-    let allowed = ["kubelet.kubernetes.io", "node.kubernetes.io"];
-    let restricted = prefix == "kubernetes.io"
-        || prefix.ends_with(".kubernetes.io")
-        || prefix == "k8s.io"
-        || prefix.ends_with(".k8s.io");
-    !restricted
-        || allowed.iter().any(|a| prefix == *a || prefix.ends_with(&format!(".{a}")))
-        || matches!(
-            key,
-            "kubernetes.io/arch"
-                | "kubernetes.io/os"
-                | "beta.kubernetes.io/arch"
-                | "beta.kubernetes.io/os"
-                | "beta.kubernetes.io/instance-type"
-                | "node.kubernetes.io/instance-type"
-                | "topology.kubernetes.io/region"
-                | "topology.kubernetes.io/zone"
-                | "failure-domain.beta.kubernetes.io/region"
-                | "failure-domain.beta.kubernetes.io/zone"
-        )
-}
-
 fn quote(v: &str) -> String {
     format!("'{}'", v.replace('\'', r"'\''"))
 }
@@ -198,8 +174,7 @@ impl AksBootstrap {
 
     /// The custom data (base64) of `node`.
     pub fn custom_data(&self, node: &NodeFacts<'_>) -> String {
-        let labels: Vec<String> =
-            node.labels.iter().filter(|(k, _)| kubelet_may_set(k)).map(|(k, v)| format!("{k}={v}")).collect();
+        let labels: Vec<String> = kubelet_labels(node.labels).iter().map(|(k, v)| format!("{k}={v}")).collect();
         let (plugin, mode) = node.network_plugin.split_once('/').unwrap_or((node.network_plugin, ""));
         // AKS's provisioning treats Azure CNI overlay, and no plugin, as `none`: the CNI comes as a daemonset.
         let plugin = if plugin == "none" || mode == "overlay" { "none" } else { plugin };
@@ -288,8 +263,7 @@ pub fn own_custom_data(
         }
         Err(_) => data.to_owned(),
     };
-    let labels: Vec<String> =
-        labels.iter().filter(|(k, _)| kubelet_may_set(k)).map(|(k, v)| format!("{k}={v}")).collect();
+    let labels: Vec<String> = kubelet_labels(labels).iter().map(|(k, v)| format!("{k}={v}")).collect();
     let env = format!(
         "TENON_NODE_LABELS={}\nTENON_NODE_TAINTS={}\nTENON_MAX_PODS={max_pods}\n",
         quote(&labels.join(",")),
@@ -328,15 +302,6 @@ mod tests {
         assert_eq!(host_of("https://c-dns-1.hcp.eastus.azmk8s.io:443"), "c-dns-1.hcp.eastus.azmk8s.io");
         assert_eq!(host_of("https://10.0.0.1/"), "10.0.0.1");
         assert_eq!(host_of("api.example.com"), "api.example.com");
-    }
-
-    #[test]
-    fn the_kubelet_may_not_set_restricted_labels() {
-        assert!(kubelet_may_set("karpenter.sh/nodepool"));
-        assert!(kubelet_may_set("kubernetes.io/arch"));
-        assert!(kubelet_may_set("node.kubernetes.io/instance-type"));
-        assert!(!kubelet_may_set("node-role.kubernetes.io/worker"));
-        assert!(!kubelet_may_set("kubernetes.io/hostname"));
     }
 
     #[test]

@@ -35,8 +35,9 @@ pub enum Scope {
     /// Every size of the SKU family (`standardNCADSA100v4Family`), bought this way, in every zone: the
     /// family's cores quota is zero.
     Family,
-    /// This size, bought this way, in every zone: its family's cores quota has room, but not for it.
-    Size,
+    /// This size and the larger ones of its family, bought this way, in every zone: the family's cores
+    /// quota has room, but not for this size.
+    FamilyFromSize,
     /// This size, bought this way, in this zone.
     Offering,
     /// This size in this zone, bought either way.
@@ -54,7 +55,7 @@ pub const HOUR: Duration = Duration::from_secs(3600);
 /// |---|---|---|
 /// | `OperationNotAllowed`, "LowPriorityCores" | every spot offering | 1 h |
 /// | `OperationNotAllowed`, "Family Cores quota", "Current Limit: 0" | the family, this capacity type | 1 h |
-/// | `OperationNotAllowed`, "Family Cores quota" | the size, this capacity type | 10 min |
+/// | `OperationNotAllowed`, "Family Cores quota" | the size and its family's larger sizes, this capacity type | 10 min |
 /// | `OperationNotAllowed`, "Total Regional Cores quota" | nothing (a smaller size may fit) | — |
 /// | `SkuNotAvailable` | the size, this capacity type, this zone | spot 1 h, on-demand 23 h |
 /// | `ZonalAllocationFailed`, `AllocationFailed` | the size in this zone, both capacity types | 1 h |
@@ -70,7 +71,7 @@ pub fn launch_fault(code: &str, message: &str, capacity: CapacityType) -> Launch
             if current_limit(message) == Some(0) {
                 unavailable(Scope::Family, HOUR)
             } else {
-                unavailable(Scope::Size, Duration::from_secs(600))
+                unavailable(Scope::FamilyFromSize, Duration::from_secs(600))
             }
         }
         "OperationNotAllowed" | "QuotaExceeded" if message.contains("Total Regional Cores quota") => {
@@ -153,7 +154,7 @@ mod tests {
             family.replace("Current Limit: 0", "Current Limit: 48").replace("Current Usage: 0", "Current Usage: 40");
         assert_eq!(
             launch_fault("OperationNotAllowed", &some, CapacityType::OnDemand),
-            LaunchFault::Unavailable { scope: Scope::Size, ttl: Duration::from_secs(600) }
+            LaunchFault::Unavailable { scope: Scope::FamilyFromSize, ttl: Duration::from_secs(600) }
         );
         let spot = "Operation could not be completed as it results in exceeding approved LowPriorityCores quota. \
                     Current Limit: 10, Current Usage: 8, Additional Required: 4";

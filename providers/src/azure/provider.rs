@@ -357,7 +357,7 @@ impl Block {
         match self.scope {
             Scope::AllSpot => capacity == CapacityType::Spot,
             Scope::Family => capacity == self.capacity && shape.quota_family == self.quota_family,
-            Scope::Size => {
+            Scope::FamilyFromSize => {
                 capacity == self.capacity && shape.quota_family == self.quota_family && shape.vcpu >= self.vcpu
             }
             Scope::Offering => capacity == self.capacity && shape.name == self.size && zone == self.zone,
@@ -494,10 +494,6 @@ impl AzureProvider {
 
     pub(super) fn known_kubernetes_version(&self) -> Option<String> {
         self.state().kubernetes_version.map(|(a, b, c)| format!("{a}.{b}.{c}"))
-    }
-
-    pub(super) fn class_subnet(&self, class: &AKSNodeClass) -> Result<String, CloudError> {
-        self.subnet_of(class)
     }
 
     fn kubernetes_version(&self) -> Result<(u64, u64, u64), CloudError> {
@@ -835,7 +831,7 @@ impl AzureProvider {
     }
 
     /// The subnet `class`'s VMs join.
-    fn subnet_of(&self, class: &AKSNodeClass) -> Result<String, CloudError> {
+    pub(super) fn subnet_of(&self, class: &AKSNodeClass) -> Result<String, CloudError> {
         class.spec.vnet_subnet_id.clone().or_else(|| self.settings.vnet_subnet_id.clone()).ok_or_else(|| {
             CloudError::NodeClassNotReady(format!(
                 "AKSNodeClass/{}: no spec.vnetSubnetID, and the settings name no vnet_subnet_id",
@@ -1270,7 +1266,7 @@ fn boot_image<'a>(status: &'a AKSNodeClassStatus, it: &InstanceType) -> Option<&
     status
         .images
         .iter()
-        .find(|img| img.requirements.iter().all(|r| it.labels.get(&r.key).is_some_and(|v| r.values.contains(v))))
+        .find(|img| img.requirements.iter().all(|r| r.matches(it.labels.get(&r.key).map(String::as_str))))
 }
 
 #[async_trait]

@@ -47,7 +47,7 @@ impl AzureProvider {
                 (previous.images, previous.kubernetes_version)
             }
         };
-        r.set(SUBNETS_READY, self.class_subnet(class).map(|_| ()).map_err(|e| e.to_string()), REASON_SUBNET_NOT_FOUND);
+        r.set(SUBNETS_READY, self.subnet_of(class).map(|_| ()).map_err(|e| e.to_string()), REASON_SUBNET_NOT_FOUND);
         AKSNodeClassStatus { images, kubernetes_version, conditions: r.finish() }
     }
 }
