@@ -1,6 +1,9 @@
 //! Scheduling benchmark, mirroring Karpenter's: 400 instance types, pods in five equal groups (plain,
 //! zonal spread, hostname spread, zonal self-affinity, hostname self-anti-affinity), fixed seed.
 //!
+//! `scheduling/apps_*`: the same five constraint kinds spread over many applications of ten identical pods
+//! each (2,000 apps at 20,000 pods), as a real cluster holds them: one topology group per constrained app.
+//!
 //! `cargo bench -p tenon-core --bench scheduling` prints, per size, the time per pass, pods/s, the nodes
 //! bought and their total hourly price, and fails if a pod is left unscheduled or more nodes are bought
 //! than Karpenter buys for the same mix (one per five pods).
@@ -11,7 +14,7 @@ use std::time::Duration;
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
 use tenon_core::api::{NodePool, NodePoolSpec};
 use tenon_core::resources::Resources;
-use tenon_core::scheduling::{PoolInput, Results, Scheduler, SchedulerOptions, workload};
+use tenon_core::scheduling::{PodInfo, PoolInput, Results, Scheduler, SchedulerOptions, workload};
 
 fn pool() -> PoolInput {
     PoolInput {
@@ -22,7 +25,7 @@ fn pool() -> PoolInput {
     }
 }
 
-fn run(pods: Vec<tenon_core::scheduling::PodInfo>) -> Results {
+fn run(pods: Vec<PodInfo>) -> Results {
     Scheduler::new(vec![pool()], vec![], vec![], &[], SchedulerOptions::default()).solve(pods)
 }
 
@@ -37,6 +40,22 @@ fn scheduling(c: &mut Criterion) {
         eprintln!("scheduling/{n}: {} pods on {} nodes, ${:.2}/h", n, results.claims.len(), results.launch_price());
         group.throughput(Throughput::Elements(n as u64));
         group.bench_function(format!("{n}_pods"), |b| {
+            b.iter_batched(|| pods.clone(), |p| black_box(run(p)), BatchSize::LargeInput)
+        });
+    }
+    for (n, apps) in [(5_000usize, 500usize), (20_000, 2_000)] {
+        let pods: Vec<PodInfo> =
+            workload::app_pods(n, apps, 42).iter().filter_map(|p| PodInfo::from_pod(p).ok()).collect();
+        assert_eq!(pods.len(), n, "every generated pod converts");
+        let results = run(pods.clone());
+        assert!(results.unschedulable.is_empty(), "{n} pods: {} unschedulable", results.unschedulable.len());
+        eprintln!(
+            "scheduling/apps: {n} pods of {apps} apps on {} nodes, ${:.2}/h",
+            results.claims.len(),
+            results.launch_price()
+        );
+        group.throughput(Throughput::Elements(n as u64));
+        group.bench_function(format!("apps_{apps}/{n}_pods"), |b| {
             b.iter_batched(|| pods.clone(), |p| black_box(run(p)), BatchSize::LargeInput)
         });
     }

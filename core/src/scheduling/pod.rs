@@ -58,6 +58,23 @@ impl Selector {
         Self { match_labels, expressions: Vec::new(), nothing: false }
     }
 
+    /// Label pairs of which every label set the selector matches holds at least one, for indexing selectors
+    /// by the labels they name: a `matchLabels` pair, else the values of an `In` expression. `None` when
+    /// the selector names no such pair (it matches label sets without any: `{}`, `NotIn`, `Exists`…); an
+    /// empty list when it matches nothing.
+    pub(crate) fn anchors(&self) -> Option<Vec<(&str, &str)>> {
+        if self.nothing {
+            return Some(Vec::new());
+        }
+        if let Some((k, v)) = self.match_labels.first() {
+            return Some(vec![(k.as_str(), v.as_str())]);
+        }
+        self.expressions
+            .iter()
+            .find(|(_, op, _)| *op == Operator::In)
+            .map(|(k, _, values)| values.iter().map(|v| (k.as_str(), v.as_str())).collect())
+    }
+
     /// Whether the selector matches `pod_labels`.
     pub fn matches(&self, pod_labels: &BTreeMap<String, String>) -> bool {
         if self.nothing {

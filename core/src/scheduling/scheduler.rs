@@ -663,16 +663,30 @@ impl Scheduler {
         }
         // Register every constraint up front so every pod is counted by every group that selects it.
         self.register(pods.iter().map(|p| &**p));
-        for g in 0..self.topology.len() {
+        let selecting: Vec<Vec<usize>> = pods.iter().map(|p| self.topology.selecting(p)).collect();
+        // How many of the pass's pods each group concerns (carried or selecting).
+        let mut weight = vec![0usize; self.topology.len()];
+        for (p, sel) in pods.iter().zip(&selecting) {
+            let mut own: Vec<usize> = p.all_terms().filter_map(|t| self.topology.id(t)).collect();
+            own.extend_from_slice(sel);
+            own.sort_unstable();
+            own.dedup();
+            for g in own {
+                weight[g] += 1;
+            }
+        }
+        for (g, weight) in weight.into_iter().enumerate() {
             if self.topology.is_hostname(g) {
-                if self.topology.kind(g) != TopologyKind::Affinity {
+                // A hostname group closes at most one claim per pod it concerns, so searching every claim
+                // and skipping the closed ones costs at most its pods squared; an index of the claims still
+                // open costs an update per placement. The index pays only for groups of many pods.
+                if self.topology.kind(g) != TopologyKind::Affinity && weight * weight > pods.len() {
                     self.free.insert(g, BTreeSet::new());
                 }
             } else {
                 self.by_domain.entry(self.topology.key(g).to_owned()).or_default();
             }
         }
-        let selecting: Vec<Vec<usize>> = pods.iter().map(|p| self.topology.selecting(p)).collect();
         let mut order: Vec<usize> = (0..pods.len()).collect();
         if largest_first {
             order.sort_by(|&a, &b| {
@@ -740,7 +754,7 @@ impl Scheduler {
     ) -> Result<(), String> {
         let pod = &pods[i];
         let groups: Vec<usize> = cons.topology.iter().filter_map(|t| self.topology.id(t)).collect();
-        let inverse = self.topology.inverse(pod);
+        let inverse = self.topology.inverse(selecting);
         // 1. Existing nodes.
         for n in 0..self.nodes.len() {
             if self.node_fits(n, pod, cons, &groups, &inverse) {
@@ -770,10 +784,13 @@ impl Scheduler {
             .iter()
             .filter_map(|g| self.topology.domain_filter(*g, pod, &cons.strict).map(|f| (self.topology.key(*g), f)))
             .collect();
-        // A constraint that rules out most claims narrows the search to the claims it still allows.
+        // A hostname constraint that closes claims narrows the search to the claims it leaves open: through
+        // its index of them when it has one (a group of many pods), else by skipping the others.
         let narrowest = hostname_groups.iter().copied().find(|g| {
-            self.free.contains_key(g) && (self.topology.kind(*g) == TopologyKind::AntiAffinity || selecting.contains(g))
+            self.topology.kind(*g) != TopologyKind::Affinity
+                && (self.topology.kind(*g) == TopologyKind::AntiAffinity || selecting.contains(g))
         });
+        let open_in = narrowest.filter(|g| !self.free.contains_key(g));
         let search: Vec<&BTreeSet<(usize, usize)>> = match narrowest.and_then(|g| self.free.get(&g)) {
             Some(set) => vec![set],
             None => domain_filters
@@ -795,6 +812,7 @@ impl Scheduler {
             // Cheap rejections first: no allocation, no requirement algebra.
             let claim = &self.claims[c];
             if !claim.requests.add(&pod.requests).fits(&claim.max_avail)
+                || open_in.is_some_and(|g| !self.topology.claim_open(g, c))
                 || hostname_groups.iter().any(|g| !self.topology.claim_allows(*g, pod, c))
                 || hostname_inverse.iter().any(|g| self.topology.claim_owned(*g, c))
                 || domain_filters

@@ -150,11 +150,66 @@ pub(crate) enum Domain<'a> {
     Missing,
 }
 
+/// Entries (groups, or bound pods) by the label pairs they are reached through: each pod is matched only
+/// against the groups whose selectors name one of its labels, not against every group of the pass.
+type LabelIndex = FxHashMap<String, FxHashMap<String, Vec<usize>>>;
+
+fn index_insert(index: &mut LabelIndex, key: &str, value: &str, entry: usize) {
+    let values = match index.get_mut(key) {
+        Some(v) => v,
+        None => index.entry(key.to_owned()).or_default(),
+    };
+    match values.get_mut(value) {
+        Some(list) => list.push(entry),
+        None => {
+            values.insert(value.to_owned(), vec![entry]);
+        }
+    }
+}
+
+/// Groups by the label pairs their selectors require ([`super::pod::Selector::anchors`]); groups whose
+/// selectors require none are checked against every pod.
+#[derive(Debug, Clone, Default)]
+struct GroupIndex {
+    by_label: LabelIndex,
+    unanchored: Vec<usize>,
+}
+
+impl GroupIndex {
+    fn insert(&mut self, gid: usize, term: &TopologyTerm) {
+        match term.selector.anchors() {
+            Some(anchors) => {
+                for (k, v) in anchors {
+                    index_insert(&mut self.by_label, k, v, gid);
+                }
+            }
+            None => self.unanchored.push(gid),
+        }
+    }
+
+    /// The groups that may select a pod with `labels`, ascending and without repeats: a superset of those
+    /// that do.
+    fn candidates(&self, labels: &BTreeMap<String, String>) -> Vec<usize> {
+        let mut out = self.unanchored.clone();
+        for (k, v) in labels {
+            if let Some(list) = self.by_label.get(k).and_then(|values| values.get(v)) {
+                out.extend_from_slice(list);
+            }
+        }
+        out.sort_unstable();
+        out.dedup();
+        out
+    }
+}
+
 /// All topology constraints of one scheduling pass.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Topology {
     groups: Vec<Group>,
-    index: FxHashMap<TopologyTerm, usize>,
+    /// Each term's group (shared by clones until one registers a new term).
+    index: Arc<FxHashMap<TopologyTerm, usize>>,
+    /// The groups by the labels their selectors name (shared by clones until one registers a new term).
+    selectors: Arc<GroupIndex>,
     /// The domains the pools offer per key, with their pools' taints (shared by clones).
     universe: Arc<PoolDomains>,
     /// Every existing node (shared by clones): its domains join the groups that count it.
@@ -164,6 +219,9 @@ pub(crate) struct Topology {
     bound: Arc<Vec<Bound>>,
     /// Indexes into `bound` by node name (shared by clones).
     bound_by_node: Arc<FxHashMap<String, Vec<usize>>>,
+    /// Indexes into `bound` by each of the pod's labels, ascending (shared by clones): a new group counts
+    /// only the bound pods carrying a label its selector requires.
+    bound_by_label: Arc<LabelIndex>,
     /// Nodes removed from this simulation: their pods no longer count.
     removed: FxHashSet<String>,
 }
@@ -182,7 +240,8 @@ impl Topology {
 
     /// Registers a pod already running on `node`.
     pub(crate) fn add_bound(&mut self, pod: Arc<PodInfo>, node: Arc<NodeView>) {
-        for g in &mut self.groups {
+        for gid in self.selectors.candidates(&pod.labels) {
+            let g = &mut self.groups[gid];
             if let Some(d) = node.labels.get(&g.term.key)
                 && g.selects(&pod)
                 && g.counts_node(&node.taints, &node.reqs)
@@ -198,7 +257,12 @@ impl Topology {
                 *self.groups[gid].owners.entry(d.clone()).or_default() += 1;
             }
         }
-        Arc::make_mut(&mut self.bound_by_node).entry(node.name.clone()).or_default().push(self.bound.len());
+        let at = self.bound.len();
+        Arc::make_mut(&mut self.bound_by_node).entry(node.name.clone()).or_default().push(at);
+        let by_label = Arc::make_mut(&mut self.bound_by_label);
+        for (k, v) in &pod.labels {
+            index_insert(by_label, k, v, at);
+        }
         Arc::make_mut(&mut self.bound).push(Bound { pod, node });
     }
 
@@ -210,19 +274,35 @@ impl Topology {
         let bound = Arc::clone(&self.bound);
         let index = Arc::clone(&self.bound_by_node);
         for b in index.get(node).into_iter().flatten().map(|i| &bound[*i]) {
-            for g in &mut self.groups {
-                if let Some(d) = b.node.labels.get(&g.term.key) {
-                    if g.selects(&b.pod) && g.counts_node(&b.node.taints, &b.node.reqs) {
-                        if let Some(c) = g.counts.get_mut(d) {
-                            *c -= 1;
-                        }
-                        g.total -= 1;
-                    }
-                    if b.pod.topology.iter().any(|t| t.kind == TopologyKind::AntiAffinity && *t == g.term)
-                        && let Some(c) = g.owners.get_mut(d)
-                    {
+            for gid in self.selectors.candidates(&b.pod.labels) {
+                let g = &mut self.groups[gid];
+                if let Some(d) = b.node.labels.get(&g.term.key)
+                    && g.selects(&b.pod)
+                    && g.counts_node(&b.node.taints, &b.node.reqs)
+                {
+                    if let Some(c) = g.counts.get_mut(d) {
                         *c -= 1;
                     }
+                    g.total -= 1;
+                }
+            }
+            // The pod's own anti-affinity no longer claims its domain (once per group, however many equal
+            // terms it carries).
+            let mut owned: Vec<usize> = b
+                .pod
+                .topology
+                .iter()
+                .filter(|t| t.kind == TopologyKind::AntiAffinity)
+                .filter_map(|t| self.index.get(t).copied())
+                .collect();
+            owned.sort_unstable();
+            owned.dedup();
+            for gid in owned {
+                let g = &mut self.groups[gid];
+                if let Some(d) = b.node.labels.get(&g.term.key)
+                    && let Some(c) = g.owners.get_mut(d)
+                {
+                    *c -= 1;
                 }
             }
         }
@@ -269,10 +349,29 @@ impl Topology {
             }
         }
         g.domains = Arc::new(domains);
+        // Only bound pods carrying a label the selector requires can count (all of them when it requires
+        // none), taken in the order they were bound.
+        let anchored: Option<Vec<usize>> = term.selector.anchors().map(|anchors| {
+            let mut at: Vec<usize> = anchors
+                .iter()
+                .filter_map(|(k, v)| self.bound_by_label.get(*k).and_then(|values| values.get(*v)))
+                .flatten()
+                .copied()
+                .collect();
+            if anchors.len() > 1 {
+                at.sort_unstable();
+                at.dedup();
+            }
+            at
+        });
+        let bound: Box<dyn Iterator<Item = &Bound>> = match &anchored {
+            Some(at) => Box::new(at.iter().map(|i| &self.bound[*i])),
+            None => Box::new(self.bound.iter()),
+        };
         // A node's pods are next to each other in `bound`: what the group needs of the node (is it still
         // here, its domain, do its taints count) is looked up once per node, not once per pod.
         let mut last: Option<(*const NodeView, Option<&String>)> = None;
-        for b in self.bound.iter() {
+        for b in bound {
             let node = Arc::as_ptr(&b.node);
             let domain = match last {
                 Some((n, d)) if n == node => d,
@@ -291,9 +390,11 @@ impl Topology {
                 g.total += 1;
             }
         }
+        let gid = self.groups.len();
         self.groups.push(g);
-        self.index.insert(term.clone(), self.groups.len() - 1);
-        self.groups.len() - 1
+        Arc::make_mut(&mut self.index).insert(term.clone(), gid);
+        Arc::make_mut(&mut self.selectors).insert(gid, term);
+        gid
     }
 
     /// The group id of a term already registered.
@@ -301,20 +402,22 @@ impl Topology {
         self.index.get(term).copied()
     }
 
-    /// Groups whose selector matches `pod` (their counts grow when it lands).
+    /// Groups whose selector matches `pod` (their counts grow when it lands), ascending.
     pub(crate) fn selecting(&self, pod: &PodInfo) -> Vec<usize> {
-        (0..self.groups.len()).filter(|&g| self.groups[g].selects(pod)).collect()
+        let mut out = self.selectors.candidates(&pod.labels);
+        out.retain(|&g| self.groups[g].selects(pod));
+        out
     }
 
-    /// Anti-affinity groups with owners somewhere whose selector matches `pod` (it must avoid their
-    /// owners' domains).
-    pub(crate) fn inverse(&self, pod: &PodInfo) -> Vec<usize> {
-        (0..self.groups.len())
+    /// Of the groups `selecting` a pod ([`Topology::selecting`]), the anti-affinity ones with owners
+    /// somewhere (the pod must avoid their owners' domains).
+    pub(crate) fn inverse(&self, selecting: &[usize]) -> Vec<usize> {
+        selecting
+            .iter()
+            .copied()
             .filter(|&g| {
                 let grp = &self.groups[g];
-                grp.term.kind == TopologyKind::AntiAffinity
-                    && (!grp.owners.is_empty() || grp.any_claim_owner)
-                    && grp.selects(pod)
+                grp.term.kind == TopologyKind::AntiAffinity && (!grp.owners.is_empty() || grp.any_claim_owner)
             })
             .collect()
     }

@@ -8,6 +8,9 @@
 
 use std::collections::BTreeMap;
 
+use k8s_openapi::api::core::v1::Pod;
+use serde_json::json;
+
 use super::pod::{PodInfo, Selector, TopologyKind, TopologyTerm};
 use super::requirements::Requirements;
 use crate::api::labels;
@@ -125,6 +128,59 @@ pub fn diverse_pods(n: usize, seed: u64) -> Vec<PodInfo> {
     pods
 }
 
+/// `n` pending pods of `apps` applications, as a cluster with many deployments holds them: each app's pods
+/// are identical (requests drawn once per app, from the same sizes as [`diverse_pods`]), and app *i* carries
+/// the constraint of the benchmark's group *i* mod 5 (none, zonal spread, hostname spread, zonal
+/// self-affinity, hostname self-anti-affinity) over its own pods. The last app takes the remainder.
+pub fn app_pods(n: usize, apps: usize, seed: u64) -> Vec<Pod> {
+    const CPU: [i64; 5] = [100, 250, 500, 1000, 1500];
+    const MEM_MI: [i64; 6] = [100, 256, 512, 1024, 2048, 4096];
+    let apps = apps.clamp(1, n.max(1));
+    let per_app = n / apps;
+    let mut rng = Rng::new(seed);
+    let mut pods = Vec::with_capacity(n);
+    for a in 0..apps {
+        let app = format!("app-{a:04}");
+        let (cpu, mem) = (CPU[rng.below(CPU.len())], MEM_MI[rng.below(MEM_MI.len())]);
+        let selector = json!({"matchLabels": {"app": app}});
+        let spread = |key: &str| {
+            json!({"topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": key,
+                "whenUnsatisfiable": "DoNotSchedule", "labelSelector": selector}]})
+        };
+        let affinity = |kind: &str, key: &str| {
+            json!({"affinity": {kind: {"requiredDuringSchedulingIgnoredDuringExecution": [
+                {"topologyKey": key, "labelSelector": selector}]}}})
+        };
+        let constraint = match a % 5 {
+            1 => spread(labels::ZONE),
+            2 => spread(labels::HOSTNAME),
+            3 => affinity("podAffinity", labels::ZONE),
+            4 => affinity("podAntiAffinity", labels::HOSTNAME),
+            _ => json!({}),
+        };
+        let count = if a + 1 == apps { n - per_app * a } else { per_app };
+        for i in 0..count {
+            let mut spec = json!({"containers": [{"name": "app", "resources": {"requests": {
+                "cpu": format!("{cpu}m"), "memory": format!("{mem}Mi")}}}]});
+            if let (Some(spec), Some(extra)) = (spec.as_object_mut(), constraint.as_object()) {
+                spec.extend(extra.clone());
+            }
+            let pod = json!({
+                "apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": format!("{app}-{i}"), "namespace": "default", "labels": {"app": app},
+                    "creationTimestamp": "2026-01-01T00:00:00Z"},
+                "spec": spec,
+                "status": {"phase": "Pending", "conditions": [
+                    {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]},
+            });
+            if let Ok(pod) = serde_json::from_value(pod) {
+                pods.push(pod);
+            }
+        }
+    }
+    pods
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -143,5 +199,26 @@ mod tests {
             Scheduler::new(vec![pool], vec![], vec![], &[], SchedulerOptions::default()).solve(diverse_pods(1000, 42));
         assert!(r.unschedulable.is_empty(), "{:?}", &r.unschedulable[..r.unschedulable.len().min(3)]);
         assert_eq!(r.claims.len(), 200, "the hostname anti-affinity fifth forces 200 nodes, and no more are bought");
+    }
+
+    #[test]
+    fn app_pods_carry_their_apps_constraint_and_all_schedule() {
+        let pods: Vec<PodInfo> = app_pods(1000, 100, 42).iter().filter_map(|p| PodInfo::from_pod(p).ok()).collect();
+        assert_eq!(pods.len(), 1000);
+        // Apps 0..100 in five kinds: 20 apps each; the constrained four carry one term each.
+        let with_terms = pods.iter().filter(|p| !p.topology.is_empty()).count();
+        assert_eq!(with_terms, 800);
+        let distinct: std::collections::HashSet<_> = pods.iter().flat_map(|p| p.topology.iter()).collect();
+        assert_eq!(distinct.len(), 80, "one group per constrained app");
+        let pool = PoolInput {
+            pool: NodePool::new("default", NodePoolSpec::default()),
+            instance_types: instance_types(400),
+            in_use: Resources::ZERO,
+            nodes_in_use: 0,
+        };
+        let r = Scheduler::new(vec![pool], vec![], vec![], &[], SchedulerOptions::default()).solve(pods);
+        assert!(r.unschedulable.is_empty(), "{:?}", &r.unschedulable[..r.unschedulable.len().min(3)]);
+        // Each anti-affine app of ten pods needs ten nodes.
+        assert!(r.claims.len() >= 10, "{} claims", r.claims.len());
     }
 }
