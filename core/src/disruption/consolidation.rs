@@ -84,10 +84,13 @@ fn pin_capacity(
 /// Runs consolidation simulations against one shared base scheduler.
 pub struct Simulator<'a> {
     inputs: &'a Inputs<'a>,
-    /// Every node, pods registered: the base every simulation clones.
-    base: Scheduler,
-    /// As `base`, with nodes inside their own `consolidateAfter` taking no pods from others.
-    settled: Scheduler,
+    /// The schedulers every simulation clones, built on the first simulation: a pass that simulates
+    /// nothing (no candidate gets that far) never builds them.
+    bases: std::cell::OnceCell<Bases>,
+    /// The candidates' pods (indexes into `pods`), whose constraints the bases register up front.
+    candidate_pods: Vec<usize>,
+    /// The candidates not yet consolidatable (inside their own `consolidateAfter`).
+    unsettled: Vec<String>,
     pods: Vec<Arc<PodInfo>>,
     /// Each pool's cost and disruption, the Balanced policy's denominators.
     pool_totals: HashMap<String, PoolTotals>,
@@ -97,6 +100,14 @@ pub struct Simulator<'a> {
     /// The pools single-node consolidation did not reach before it ran out of time, when it did; `None`
     /// when it found a command (the previous pass's record stands).
     unseen_pools: Option<BTreeSet<String>>,
+}
+
+/// The shared bases of a pass's simulations.
+struct Bases {
+    /// Every node, pods registered.
+    base: Scheduler,
+    /// As `base`, with nodes inside their own `consolidateAfter` taking no pods from others.
+    settled: Scheduler,
 }
 
 /// A pool's whole cost per hour and whole disruption cost, over every node it has (candidates or not).
@@ -189,38 +200,62 @@ fn pool_totals(inputs: &Inputs<'_>, cands: &[Candidate]) -> HashMap<String, Pool
 }
 
 impl<'a> Simulator<'a> {
-    /// Prepares the shared base for a pass over `cands`.
+    /// Prepares a pass over `cands`; the shared bases are built when first needed.
     pub fn new(inputs: &'a Inputs<'a>, cands: &[Candidate]) -> Self {
         let state = inputs.state;
-        let mut nodes: Vec<ExistingNode> = state.nodes.iter().map(|n| n.as_existing()).collect();
-        let pools = provisioning::pool_inputs(state, inputs.types_for);
-        let bound = state.bound_pods();
-        let options = provisioning::scheduler_options(inputs.settings);
-        // Pending pods and the pods of nodes already being deleted land first: the room they will take
-        // (often on capacity booting for them) is not room for the candidates' pods.
-        let first: Vec<Arc<PodInfo>> = state.pods_to_place().map(|p| Arc::clone(&p.info)).collect();
-        if !first.is_empty() {
-            let requests: HashMap<String, Resources> =
-                first.iter().map(|p| (p.key.clone(), p.requests.clone())).collect();
-            let by_name: HashMap<String, usize> = nodes.iter().enumerate().map(|(i, n)| (n.name.clone(), i)).collect();
-            let placed = Scheduler::new(pools.clone(), nodes.clone(), bound.clone(), &state.daemons, options.clone())
-                .solve_shared(first);
-            for p in placed.existing {
-                let Some(&i) = by_name.get(&p.node) else { continue };
-                for r in p.pods.iter().filter_map(|k| requests.get(k)) {
-                    nodes[i].available.sub_assign(r);
-                }
-            }
-        }
-        let mut base = Scheduler::new(pools, nodes, bound, &state.daemons, options);
         let pods: Vec<Arc<PodInfo>> = state.pods.iter().map(|p| Arc::clone(&p.info)).collect();
-        base.register(cands.iter().flat_map(|c| c.pods.iter().map(|i| &*pods[*i])));
-        let mut settled = base.clone();
-        let unsettled: Vec<&str> = cands.iter().filter(|c| !c.consolidatable).map(|c| c.node.as_str()).collect();
-        settled.block_nodes(&unsettled);
+        let candidate_pods = cands.iter().flat_map(|c| c.pods.iter().copied()).collect();
+        let unsettled = cands.iter().filter(|c| !c.consolidatable).map(|c| c.node.clone()).collect();
         let pool_totals = pool_totals(inputs, cands);
         let booting = state.nodes.iter().filter(|n| !n.initialized || !n.ready).map(|n| n.name.clone()).collect();
-        Self { inputs, base, settled, pods, pool_totals, split_attempts: 0, booting, unseen_pools: None }
+        Self {
+            inputs,
+            bases: std::cell::OnceCell::new(),
+            candidate_pods,
+            unsettled,
+            pods,
+            pool_totals,
+            split_attempts: 0,
+            booting,
+            unseen_pools: None,
+        }
+    }
+
+    /// The shared bases: every node (with the room pending pods will take subtracted) and the candidates'
+    /// pods registered.
+    fn bases(&self) -> &Bases {
+        self.bases.get_or_init(|| {
+            let inputs = self.inputs;
+            let state = inputs.state;
+            let mut nodes: Vec<ExistingNode> = state.nodes.iter().map(|n| n.as_existing()).collect();
+            let pools = provisioning::pool_inputs(state, inputs.types_for);
+            let bound = state.bound_pods();
+            let options = provisioning::scheduler_options(inputs.settings);
+            // Pending pods and the pods of nodes already being deleted land first: the room they will take
+            // (often on capacity booting for them) is not room for the candidates' pods.
+            let first: Vec<Arc<PodInfo>> = state.pods_to_place().map(|p| Arc::clone(&p.info)).collect();
+            if !first.is_empty() {
+                let requests: HashMap<String, Resources> =
+                    first.iter().map(|p| (p.key.clone(), p.requests.clone())).collect();
+                let by_name: HashMap<String, usize> =
+                    nodes.iter().enumerate().map(|(i, n)| (n.name.clone(), i)).collect();
+                let placed =
+                    Scheduler::new(pools.clone(), nodes.clone(), bound.clone(), &state.daemons, options.clone())
+                        .solve_shared(first);
+                for p in placed.existing {
+                    let Some(&i) = by_name.get(&p.node) else { continue };
+                    for r in p.pods.iter().filter_map(|k| requests.get(k)) {
+                        nodes[i].available.sub_assign(r);
+                    }
+                }
+            }
+            let mut base = Scheduler::new(pools, nodes, bound, &state.daemons, options);
+            base.register(self.candidate_pods.iter().map(|i| &*self.pods[*i]));
+            let mut settled = base.clone();
+            let unsettled: Vec<&str> = self.unsettled.iter().map(String::as_str).collect();
+            settled.block_nodes(&unsettled);
+            Bases { base, settled }
+        })
     }
 
     fn settings(&self) -> &'a crate::settings::Settings {
@@ -236,7 +271,9 @@ impl<'a> Simulator<'a> {
         ceiling: Option<f64>,
     ) -> Results {
         let names: Vec<&str> = cands.iter().map(|c| c.node.as_str()).collect();
-        let mut sim = if consolidating { self.settled.without_nodes(&names) } else { self.base.without_nodes(&names) };
+        let bases = self.bases();
+        let mut sim =
+            if consolidating { bases.settled.without_nodes(&names) } else { bases.base.without_nodes(&names) };
         if off_on_demand {
             // A lease reclaim: the replacement runs on spot or on owned (reserved) capacity, never on
             // another on-demand node.

@@ -256,18 +256,11 @@ struct Claim {
     price: Option<f64>,
 }
 
-/// What does not change about a node during a pass, shared by every simulation.
-#[derive(Debug)]
-struct NodeInfo {
-    name: String,
-    labels: BTreeMap<String, String>,
-    taints: Vec<Taint>,
-    reqs: Requirements,
-}
-
 #[derive(Debug, Clone)]
 struct Node {
-    info: Arc<NodeInfo>,
+    /// What does not change about the node during a pass (name, labels, their requirements, taints),
+    /// shared by every simulation and by topology.
+    info: Arc<NodeView>,
     available: Resources,
     host_ports: Vec<HostPort>,
     accepts_pods: bool,
@@ -510,7 +503,7 @@ impl Scheduler {
                     n.labels.insert(labels::HOSTNAME.to_owned(), n.name.clone());
                 }
                 Node {
-                    info: Arc::new(NodeInfo {
+                    info: Arc::new(NodeView {
                         reqs: Requirements::from_labels(&n.labels),
                         name: n.name,
                         labels: n.labels,
@@ -526,19 +519,8 @@ impl Scheduler {
             .collect();
         let prefer_no_schedule = built.iter().any(|p| p.taints.iter().any(|t| t.effect == "PreferNoSchedule"))
             || nodes.iter().any(|n| n.info.taints.iter().any(|t| t.effect == "PreferNoSchedule"));
-        // Each node's labels and taints are copied once, for all of its pods and every group.
-        let existing: Vec<Arc<NodeView>> = nodes
-            .iter()
-            .map(|n| {
-                let i = &n.info;
-                Arc::new(NodeView {
-                    name: i.name.clone(),
-                    labels: i.labels.clone(),
-                    reqs: i.reqs.clone(),
-                    taints: i.taints.clone(),
-                })
-            })
-            .collect();
+        // Topology shares each node's view with the scheduler: for all of its pods and every group.
+        let existing: Vec<Arc<NodeView>> = nodes.iter().map(|n| Arc::clone(&n.info)).collect();
         let mut bound_nodes: HashMap<&str, Arc<NodeView>> =
             existing.iter().map(|n| (n.name.as_str(), Arc::clone(n))).collect();
         let mut topology = Topology::new(universe, existing.clone());

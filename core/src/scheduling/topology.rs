@@ -205,7 +205,9 @@ impl GroupIndex {
 /// All topology constraints of one scheduling pass.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Topology {
-    groups: Vec<Group>,
+    /// The groups, each shared by clones until one of them changes it: a simulation copies only the groups
+    /// its pods touch.
+    groups: Vec<Arc<Group>>,
     /// Each term's group (shared by clones until one registers a new term).
     index: Arc<FxHashMap<TopologyTerm, usize>>,
     /// The groups by the labels their selectors name (shared by clones until one registers a new term).
@@ -241,7 +243,7 @@ impl Topology {
     /// Registers a pod already running on `node`.
     pub(crate) fn add_bound(&mut self, pod: Arc<PodInfo>, node: Arc<NodeView>) {
         for gid in self.selectors.candidates(&pod.labels) {
-            let g = &mut self.groups[gid];
+            let g = Arc::make_mut(&mut self.groups[gid]);
             if let Some(d) = node.labels.get(&g.term.key)
                 && g.selects(&pod)
                 && g.counts_node(&node.taints, &node.reqs)
@@ -254,7 +256,7 @@ impl Topology {
         for t in pod.topology.iter().filter(|t| t.kind == TopologyKind::AntiAffinity) {
             let gid = self.group(t);
             if let Some(d) = node.labels.get(&t.key) {
-                *self.groups[gid].owners.entry(d.clone()).or_default() += 1;
+                *Arc::make_mut(&mut self.groups[gid]).owners.entry(d.clone()).or_default() += 1;
             }
         }
         let at = self.bound.len();
@@ -275,16 +277,16 @@ impl Topology {
         let index = Arc::clone(&self.bound_by_node);
         for b in index.get(node).into_iter().flatten().map(|i| &bound[*i]) {
             for gid in self.selectors.candidates(&b.pod.labels) {
-                let g = &mut self.groups[gid];
-                if let Some(d) = b.node.labels.get(&g.term.key)
-                    && g.selects(&b.pod)
-                    && g.counts_node(&b.node.taints, &b.node.reqs)
-                {
-                    if let Some(c) = g.counts.get_mut(d) {
-                        *c -= 1;
-                    }
-                    g.total -= 1;
+                let g = &self.groups[gid];
+                let Some(d) = b.node.labels.get(&g.term.key) else { continue };
+                if !g.selects(&b.pod) || !g.counts_node(&b.node.taints, &b.node.reqs) {
+                    continue;
                 }
+                let g = Arc::make_mut(&mut self.groups[gid]);
+                if let Some(c) = g.counts.get_mut(d) {
+                    *c -= 1;
+                }
+                g.total -= 1;
             }
             // The pod's own anti-affinity no longer claims its domain (once per group, however many equal
             // terms it carries).
@@ -298,9 +300,10 @@ impl Topology {
             owned.sort_unstable();
             owned.dedup();
             for gid in owned {
-                let g = &mut self.groups[gid];
-                if let Some(d) = b.node.labels.get(&g.term.key)
-                    && let Some(c) = g.owners.get_mut(d)
+                let key = &self.groups[gid].term.key;
+                if let Some(d) = b.node.labels.get(key)
+                    && self.groups[gid].owners.contains_key(d)
+                    && let Some(c) = Arc::make_mut(&mut self.groups[gid]).owners.get_mut(d)
                 {
                     *c -= 1;
                 }
@@ -391,7 +394,7 @@ impl Topology {
             }
         }
         let gid = self.groups.len();
-        self.groups.push(g);
+        self.groups.push(Arc::new(g));
         Arc::make_mut(&mut self.index).insert(term.clone(), gid);
         Arc::make_mut(&mut self.selectors).insert(gid, term);
         gid
@@ -652,9 +655,9 @@ impl Topology {
             }
             let key = self.groups[gid].term.key.clone();
             match domain_of(&key) {
-                Some(Landed::Named(d)) => *self.groups[gid].counts.entry(d).or_default() += 1,
+                Some(Landed::Named(d)) => *Arc::make_mut(&mut self.groups[gid]).counts.entry(d).or_default() += 1,
                 Some(Landed::Claim(c)) => {
-                    let g = &mut self.groups[gid];
+                    let g = Arc::make_mut(&mut self.groups[gid]);
                     if g.claim_counts.len() <= c {
                         g.claim_counts.resize(c + 1, 0);
                     }
@@ -662,14 +665,14 @@ impl Topology {
                 }
                 None if self.groups[gid].term.kind == TopologyKind::AntiAffinity && open_of.is_some() => {
                     let domains = open_of.map(|f| self.possible_domains(&key, f(&key))).unwrap_or_default();
-                    let g = &mut self.groups[gid];
+                    let g = Arc::make_mut(&mut self.groups[gid]);
                     for d in domains {
                         *g.counts.entry(d).or_default() += 1;
                     }
                 }
                 None => continue,
             }
-            self.groups[gid].total += 1;
+            Arc::make_mut(&mut self.groups[gid]).total += 1;
         }
         for &gid in owned {
             if self.groups[gid].term.kind != TopologyKind::AntiAffinity {
@@ -681,7 +684,7 @@ impl Topology {
                 None => open_of.map(|f| self.possible_domains(&key, f(&key))).unwrap_or_default(),
                 Some(_) => Vec::new(),
             };
-            let g = &mut self.groups[gid];
+            let g = Arc::make_mut(&mut self.groups[gid]);
             match landed {
                 None => {
                     for d in possible {
