@@ -92,7 +92,9 @@ fn main() -> Result<()> {
         Some("time") => time(&args[1..])?,
         Some("simulate") => simulate(args.get(1).ok_or("simulate: which scenario?")?)?,
         _ => {
-            return Err("usage: bench_snapshot pending [PODS APPS TYPES SEED] | fleet [NODES PODS_PER_NODE SEED]".into());
+            return Err(
+                "usage: bench_snapshot pending [PODS APPS TYPES SEED] | fleet [NODES PODS_PER_NODE SEED]".into()
+            );
         }
     }
     out.flush()?;
