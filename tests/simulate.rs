@@ -271,6 +271,7 @@ fn every_example_scenario_loads() {
         [
             "aks-batch",
             "diurnal-web",
+            "fleet-scale",
             "gke-inference",
             "gpu-fleet-large",
             "gpu-training",
