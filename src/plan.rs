@@ -13,7 +13,7 @@ use tenon_core::resources::Resources;
 use tenon_core::scheduling::{Launch, Results};
 use tenon_core::settings::Settings;
 use tenon_core::snapshot::Snapshot;
-use tenon_core::state::ClusterState;
+use tenon_core::state::{ClusterState, ReadPods};
 
 /// The `--output json` contract of `tenon plan`.
 #[derive(Debug, Serialize)]
@@ -74,20 +74,11 @@ pub struct UnschedulableOutput {
 
 /// Loads the snapshot and computes the plan.
 pub fn compute(files: &[PathBuf], settings: &Settings, now: Timestamp) -> Result<PlanOutput> {
-    let snapshot = Snapshot::load_files(files)?;
-    let state = ClusterState::from_objects_with_storage(
-        &snapshot.pods,
-        &snapshot.nodes,
-        &snapshot.node_claims,
-        &snapshot.daemon_sets,
-        &snapshot.pdbs,
-        &snapshot.node_pools,
-        &snapshot.storage(),
-        &snapshot.namespace_labels(),
-        now,
-    )
-    .context("reading the snapshot")?;
+    // Pods are reduced to what the state keeps of them as they are read, and the rest of the snapshot goes
+    // into the state: a dump of tens of thousands of pods is never held as Kubernetes objects.
+    let snapshot = Snapshot::<ReadPods>::read_files(files)?;
     let types = snapshot.instance_types();
+    let state = ClusterState::from_read_snapshot(snapshot, now).context("reading the snapshot")?;
     let types_for = |_: &tenon_core::api::NodePool| types.clone();
     let results = provisioning::schedule(&state, &types_for, &Nominations::default(), settings, now);
     // No validation delay: in a plan no time passes between computing a command and checking it.

@@ -153,6 +153,83 @@ pub fn provisionable(pod: &Pod) -> bool {
         .is_some_and(|c| c.status == "False" && c.reason.as_deref() == Some("Unschedulable"))
 }
 
+/// What a state reads of a pod besides its scheduling view.
+#[derive(Debug, Clone)]
+struct PodFacts {
+    terminal: bool,
+    static_pod: bool,
+    terminating: bool,
+    stateful: bool,
+    start_time: Option<Timestamp>,
+    not_ready: bool,
+    pdb_healthy: bool,
+    /// [`provisionable`] of the pod alone.
+    provisionable: bool,
+    has_volumes: bool,
+}
+
+impl PodFacts {
+    fn of(pod: &Pod) -> Self {
+        let status = pod.status.as_ref();
+        let owned_by = |kind: &str| pod.metadata.owner_references.iter().flatten().any(|o| o.kind == kind);
+        PodFacts {
+            terminal: crate::cluster::pod_finished(pod),
+            static_pod: owned_by("Node"),
+            terminating: pod.metadata.deletion_timestamp.is_some(),
+            stateful: owned_by("StatefulSet"),
+            start_time: status.and_then(|s| s.start_time.as_ref()).map(|t| t.0),
+            not_ready: status
+                .and_then(|s| s.conditions.as_ref())
+                .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready"))
+                .is_some_and(|c| c.status == "False"),
+            pdb_healthy: crate::cluster::pdb_healthy(pod),
+            provisionable: provisionable(pod),
+            has_volumes: pod.spec.as_ref().and_then(|s| s.volumes.as_ref()).is_some_and(|v| !v.is_empty()),
+        }
+    }
+}
+
+/// One pod of [`ReadPods`].
+#[derive(Debug, Clone)]
+struct ReadPod {
+    /// The scheduling view, or why the pod cannot be understood (reported when the state is built, as
+    /// [`ClusterState::from_objects`] reports it).
+    info: Result<Arc<PodInfo>, Box<PodError>>,
+    facts: PodFacts,
+    pod: Option<Box<Pod>>,
+}
+
+impl ReadPod {
+    /// Reduces `pod`.
+    fn new(pod: Pod) -> Self {
+        let facts = PodFacts::of(&pod);
+        let info = PodInfo::from_pod(&pod).map(Arc::new).map_err(Box::new);
+        let keep = info.is_ok() && facts.has_volumes && !facts.terminal;
+        ReadPod { info, facts, pod: keep.then(|| Box::new(pod)) }
+    }
+}
+
+/// Pods reduced as they are read, in order, to what a [`ClusterState`] keeps of them: their scheduling
+/// views and a few facts (the `Pod` object itself only for a pod with volumes, whose placement depends on
+/// storage objects that may come later in the input). What a [`Snapshot`](crate::snapshot::Snapshot) read
+/// for [`ClusterState::from_read_snapshot`] keeps of its pods.
+#[derive(Debug, Clone, Default)]
+pub struct ReadPods(Vec<ReadPod>);
+
+impl crate::snapshot::PodSink for ReadPods {
+    fn push(&mut self, pod: Pod) {
+        self.0.push(ReadPod::new(pod));
+    }
+
+    fn append(&mut self, mut other: Self) {
+        if self.0.is_empty() {
+            *self = other;
+        } else {
+            self.0.append(&mut other.0);
+        }
+    }
+}
+
 /// An object a state is built from: borrowed (copied into the state) or shared behind an `Arc` (shared
 /// by the state too).
 trait ObjectRef<T> {
@@ -338,6 +415,30 @@ impl ClusterState {
         Self::build(objects, now, &mut PodInfoCache::default())
     }
 
+    /// The state of snapshot files read with [`ReadPods`], consuming them: the nodes and claims move into
+    /// the state rather than being copied, and of the pods nothing but what [`ReadPods`] keeps was ever
+    /// held. Gives what [`ClusterState::from_objects_with_storage`] gives for the same files read as `Pod`s
+    /// (errors included, in the same order).
+    pub fn from_read_snapshot(
+        snapshot: crate::snapshot::Snapshot<ReadPods>,
+        now: Timestamp,
+    ) -> Result<Self, StateError> {
+        let storage = snapshot.storage();
+        let namespaces = snapshot.namespace_labels();
+        let crate::snapshot::Snapshot { pods, nodes, node_claims, daemon_sets, pdbs, node_pools, .. } = snapshot;
+        let nodes: Vec<Arc<Node>> = nodes.into_iter().map(Arc::new).collect();
+        let claims: Vec<Arc<NodeClaim>> = node_claims.into_iter().map(Arc::new).collect();
+        let (mut state, by_name) = Self::with_nodes(&nodes, &claims, &pdbs, &node_pools, &storage, now)?;
+        drop((nodes, claims));
+        state.pods.reserve(pods.0.len());
+        for read in pods.0 {
+            let info = read.info.map_err(|e| *e)?;
+            state.add_pod(info, &read.facts, read.pod.as_deref(), &by_name, &storage, &namespaces);
+        }
+        state.add_daemons(&daemon_sets)?;
+        Ok(state)
+    }
+
     /// The state of a cluster [`Snapshot`](crate::cluster::Snapshot), sharing its objects (see
     /// [`ClusterState::from_shared`]).
     pub fn from_snapshot(
@@ -392,6 +493,45 @@ impl ClusterState {
         CI: IntoIterator<Item = C>,
     {
         let Objects { pods, nodes, claims, daemon_sets, pdbs, pools, storage, namespaces } = objects;
+        let (mut state, by_name) = Self::with_nodes(nodes, claims, pdbs, pools, storage, now)?;
+        let mut seen = HashMap::new();
+        for pod_ref in pods {
+            let pod = pod_ref.object();
+            let info = match pod_ref.as_shared() {
+                Some(shared) => {
+                    let address = PodInfoCache::address(shared);
+                    let info = match cache.entries.remove(&address) {
+                        Some((_, info)) => info,
+                        None => Arc::new(PodInfo::from_pod(pod)?),
+                    };
+                    seen.insert(address, (Arc::clone(shared), Arc::clone(&info)));
+                    info
+                }
+                None => Arc::new(PodInfo::from_pod(pod)?),
+            };
+            state.add_pod(info, &PodFacts::of(pod), Some(pod), &by_name, storage, namespaces);
+        }
+        cache.entries = seen;
+        state.add_daemons(daemon_sets)?;
+        Ok(state)
+    }
+
+    /// A state of the nodes and claims (with the PDBs and NodePools) and no pod yet; with the index of
+    /// each node by name.
+    fn with_nodes<N, C, NI, CI>(
+        nodes: NI,
+        claims: CI,
+        pdbs: &[PodDisruptionBudget],
+        pools: &[NodePool],
+        storage: &crate::cluster::Storage,
+        now: Timestamp,
+    ) -> Result<(Self, HashMap<String, usize>), StateError>
+    where
+        N: ObjectRef<Node>,
+        C: ObjectRef<NodeClaim>,
+        NI: IntoIterator<Item = N>,
+        CI: IntoIterator<Item = C>,
+    {
         let mut state = ClusterState { pdbs: pdbs.to_vec(), pools: pools.to_vec(), ..Default::default() };
         let nodes: Vec<N> = nodes.into_iter().collect();
         let claims: Vec<C> = claims.into_iter().collect();
@@ -530,85 +670,78 @@ impl ClusterState {
                 pods: Vec::new(),
             });
         }
-        let mut seen = HashMap::new();
-        for pod_ref in pods {
-            let pod = pod_ref.object();
-            let info = match pod_ref.as_shared() {
-                Some(shared) => {
-                    let address = PodInfoCache::address(shared);
-                    let info = match cache.entries.remove(&address) {
-                        Some((_, info)) => info,
-                        None => Arc::new(PodInfo::from_pod(pod)?),
-                    };
-                    seen.insert(address, (Arc::clone(shared), Arc::clone(&info)));
+        Ok((state, by_name))
+    }
+
+    /// Adds a pod: its scheduling view `info` (pinned where its volumes are, its namespace selectors
+    /// resolved), counted on its node. `pod` is needed only when the pod has volumes and has not finished.
+    fn add_pod(
+        &mut self,
+        info: Arc<PodInfo>,
+        facts: &PodFacts,
+        pod: Option<&Pod>,
+        by_name: &HashMap<String, usize>,
+        storage: &crate::cluster::Storage,
+        namespaces: &crate::cluster::NamespaceLabels,
+    ) {
+        let terminal = facts.terminal;
+        // Affinity terms selecting namespaces by label count the namespaces that match now; resolved
+        // each build, as namespaces change without the pod changing.
+        let info = if info.needs_namespaces() { Arc::new(info.with_namespaces(namespaces)) } else { info };
+        // Where its volumes are, or may be provisioned: for a pod still to be placed and for one
+        // consolidation may move. Injected afresh each build, as claims bind without the pod changing.
+        let mut volumes_ready = true;
+        let info = match pod.filter(|_| facts.has_volumes && !terminal) {
+            Some(pod) => match crate::scheduling::volume_placement(pod, storage) {
+                Ok(p) if p.requirements.is_empty() && p.attachments.is_empty() => info,
+                Ok(p) => {
+                    let mut pinned = PodInfo::clone(&info);
+                    pinned.node_selector.add_all(&p.requirements);
+                    pinned.volumes = p.attachments;
+                    Arc::new(pinned)
+                }
+                Err(e) => {
+                    tracing::debug!(error = %e, "not provisioned for until its volumes exist");
+                    volumes_ready = false;
                     info
                 }
-                None => Arc::new(PodInfo::from_pod(pod)?),
-            };
-            let terminal = crate::cluster::pod_finished(pod);
-            // Affinity terms selecting namespaces by label count the namespaces that match now; resolved
-            // each build, as namespaces change without the pod changing.
-            let info = if info.needs_namespaces() { Arc::new(info.with_namespaces(namespaces)) } else { info };
-            // Where its volumes are, or may be provisioned: for a pod still to be placed and for one
-            // consolidation may move. Injected afresh each build, as claims bind without the pod changing.
-            let mut volumes_ready = true;
-            let has_volumes = pod.spec.as_ref().and_then(|s| s.volumes.as_ref()).is_some_and(|v| !v.is_empty());
-            let info = if has_volumes && !terminal {
-                match crate::scheduling::volume_placement(pod, storage) {
-                    Ok(p) if p.requirements.is_empty() && p.attachments.is_empty() => info,
-                    Ok(p) => {
-                        let mut pinned = PodInfo::clone(&info);
-                        pinned.node_selector.add_all(&p.requirements);
-                        pinned.volumes = p.attachments;
-                        Arc::new(pinned)
-                    }
-                    Err(e) => {
-                        tracing::debug!(error = %e, "not provisioned for until its volumes exist");
-                        volumes_ready = false;
-                        info
-                    }
-                }
-            } else {
-                info
-            };
-            let i = state.pods.len();
-            if let Some(n) = info.node_name.as_ref().and_then(|n| by_name.get(n))
-                && !terminal
-            {
-                let node = &mut state.nodes[*n];
-                node.requested.add_assign(&info.requests);
-                node.host_ports.extend(info.host_ports.iter().cloned());
-                crate::scheduling::VolumeRoom::attach(&mut node.volume_limits, &info.volumes);
-                node.pods.push(i);
-            }
-            let static_pod = pod.metadata.owner_references.iter().flatten().any(|o| o.kind == "Node");
-            let status = pod.status.as_ref();
-            let start_time = status.and_then(|s| s.start_time.as_ref()).map(|t| t.0);
-            let not_ready = status
-                .and_then(|s| s.conditions.as_ref())
-                .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready"))
-                .is_some_and(|c| c.status == "False");
-            let provisionable = volumes_ready && !terminal && !static_pod && !info.daemon && provisionable(pod);
-            let terminating = pod.metadata.deletion_timestamp.is_some();
-            let stateful = pod.metadata.owner_references.iter().flatten().any(|o| o.kind == "StatefulSet");
-            let provisionable = provisionable && !terminating;
-            state.pods.push(StatePod {
-                info,
-                terminal,
-                static_pod,
-                terminating,
-                stateful,
-                start_time,
-                not_ready,
-                pdb_healthy: crate::cluster::pdb_healthy(pod),
-                provisionable,
-            });
+            },
+            None => info,
+        };
+        let i = self.pods.len();
+        if let Some(n) = info.node_name.as_ref().and_then(|n| by_name.get(n))
+            && !terminal
+        {
+            let node = &mut self.nodes[*n];
+            node.requested.add_assign(&info.requests);
+            node.host_ports.extend(info.host_ports.iter().cloned());
+            crate::scheduling::VolumeRoom::attach(&mut node.volume_limits, &info.volumes);
+            node.pods.push(i);
         }
-        cache.entries = seen;
+        let provisionable = volumes_ready
+            && !terminal
+            && !facts.static_pod
+            && !info.daemon
+            && facts.provisionable
+            && !facts.terminating;
+        self.pods.push(StatePod {
+            info,
+            terminal,
+            static_pod: facts.static_pod,
+            terminating: facts.terminating,
+            stateful: facts.stateful,
+            start_time: facts.start_time,
+            not_ready: facts.not_ready,
+            pdb_healthy: facts.pdb_healthy,
+            provisionable,
+        });
+    }
+
+    fn add_daemons(&mut self, daemon_sets: &[DaemonSet]) -> Result<(), StateError> {
         for ds in daemon_sets {
-            state.daemons.push(daemon_pod(ds)?);
+            self.daemons.push(daemon_pod(ds)?);
         }
-        Ok(state)
+        Ok(())
     }
 
     /// A NodePool by name.
