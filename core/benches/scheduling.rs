@@ -4,6 +4,9 @@
 //! `scheduling/apps_*`: the same five constraint kinds spread over many applications of ten identical pods
 //! each (2,000 apps at 20,000 pods), as a real cluster holds them: one topology group per constrained app.
 //!
+//! `scheduling/marginal_cost/5000_pods`: the 5,000-pod mix from a pool annotated
+//! `karpenter.sh/nodeclaim-packing-policy: marginal-cost`.
+//!
 //! `cargo bench -p tenon-core --bench scheduling` prints, per size, the time per pass, pods/s, the nodes
 //! bought and their total hourly price, and fails if a pod is left unscheduled or more nodes are bought
 //! than Karpenter buys for the same mix (one per five pods).
@@ -12,7 +15,7 @@ use std::hint::black_box;
 use std::time::Duration;
 
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
-use tenon_core::api::{NodePool, NodePoolSpec};
+use tenon_core::api::{NodePool, NodePoolSpec, labels};
 use tenon_core::resources::Resources;
 use tenon_core::scheduling::{PodInfo, PoolInput, Results, Scheduler, SchedulerOptions, workload};
 
@@ -27,6 +30,22 @@ fn pool() -> PoolInput {
 
 fn run(pods: Vec<PodInfo>) -> Results {
     Scheduler::new(vec![pool()], vec![], vec![], &[], SchedulerOptions::default()).solve(pods)
+}
+
+/// The same pool, annotated `karpenter.sh/nodeclaim-packing-policy: marginal-cost`.
+fn marginal_cost_pool() -> PoolInput {
+    let mut input = pool();
+    input
+        .pool
+        .metadata
+        .annotations
+        .get_or_insert_with(Default::default)
+        .insert(labels::NODECLAIM_PACKING_POLICY.to_owned(), "marginal-cost".to_owned());
+    input
+}
+
+fn run_marginal_cost(pods: Vec<PodInfo>) -> Results {
+    Scheduler::new(vec![marginal_cost_pool()], vec![], vec![], &[], SchedulerOptions::default()).solve(pods)
 }
 
 fn scheduling(c: &mut Criterion) {
@@ -59,6 +78,21 @@ fn scheduling(c: &mut Criterion) {
             b.iter_batched(|| pods.clone(), |p| black_box(run(p)), BatchSize::LargeInput)
         });
     }
+    // `scheduling/marginal_cost/5000_pods`: the diverse mix from a marginal-cost pool.
+    let n = 5_000usize;
+    let pods = workload::diverse_pods(n, 42);
+    let results = run_marginal_cost(pods.clone());
+    assert!(results.unschedulable.is_empty(), "{n} pods: {} unschedulable", results.unschedulable.len());
+    eprintln!(
+        "scheduling/marginal_cost/{n}: {} pods on {} nodes, ${:.2}/h",
+        n,
+        results.claims.len(),
+        results.launch_price()
+    );
+    group.throughput(Throughput::Elements(n as u64));
+    group.bench_function(format!("marginal_cost/{n}_pods"), |b| {
+        b.iter_batched(|| pods.clone(), |p| black_box(run_marginal_cost(p)), BatchSize::LargeInput)
+    });
     group.finish();
 }
 

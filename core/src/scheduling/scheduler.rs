@@ -16,6 +16,9 @@ use crate::api::{NodePool, labels};
 use crate::cloud::{CapacityType, InstanceType, Offering};
 use crate::resources::{ResourceName, Resources, format_quantity};
 
+#[path = "improve.rs"]
+mod improve;
+
 /// How a NodePool packs pods into the claims it opens.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
 pub enum Packing {
@@ -703,6 +706,8 @@ impl Scheduler {
             }
             pending = failed;
         }
+        // Marginal-cost pools: a bounded search for a cheaper packing of the claims they opened.
+        self.improve_marginal_cost(&pods, &selecting);
         self.finish(&pods, pending, errors)
     }
 
