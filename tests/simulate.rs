@@ -128,6 +128,8 @@ fn bad_scenarios_name_the_field_and_fail_before_running() {
             "spec.workloads[1].deployment.replicas.steps[1].at",
         ),
         ("every: 40m", "every: 0s", "spec.workloads[0].jobs.every"),
+        // Two workloads of one name would share pods.
+        ("deployment: {name: api,", "deployment: {name: train,", "spec.workloads[1].deployment.name"),
         (
             "replicas: {steps: [{at: 0s, replicas: 6}, {at: 1h, replicas: 16}, {at: 2h, replicas: 3}]}",
             "replicas: {diurnal: {min: 1, max: 2, peekHour: 3}}",

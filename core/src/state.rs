@@ -5,6 +5,8 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
+use rustc_hash::FxHashMap;
+
 use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Node, Pod, Taint};
@@ -27,8 +29,8 @@ pub struct StateNode {
     pub claim: Option<Arc<NodeClaim>>,
     /// Whether the claim was inferred from the Node (an inferred claim has no template hash).
     pub inferred_claim: bool,
-    /// The node's labels.
-    pub labels: BTreeMap<String, String>,
+    /// The node's labels (shared with the schedulers built from this state).
+    pub labels: Arc<BTreeMap<String, String>>,
     /// The node's taints.
     pub taints: Vec<Taint>,
     /// Allocatable resources.
@@ -237,7 +239,7 @@ trait ObjectRef<T> {
     fn object(&self) -> &T;
     /// The object behind an `Arc`, copying it only if it is not shared already.
     fn to_shared(&self) -> Arc<T>;
-    /// The shared object, if it is one (its identity keys [`PodInfoCache`]).
+    /// The shared object, if it is one (its identity keys [`StateCache`]).
     fn as_shared(&self) -> Option<&Arc<T>>;
 }
 
@@ -265,17 +267,47 @@ impl<T> ObjectRef<T> for &Arc<T> {
     }
 }
 
-/// Scheduling views of shared pods, reused while the pod is the same allocation: a pod that changes is a
-/// new `Arc` (copy-on-write), so its view is read afresh. The cache holds each pod it keys on, so an
-/// address cannot be reused while its entry lives; entries of pods no longer listed go on each build.
+/// What a state build read from shared objects, reused by the next build while the object is the same
+/// allocation: an object that changes is a new `Arc` (copy-on-write), so it is read afresh. Pods keep
+/// their scheduling views and facts; Nodes and NodeClaims the labels and allocatable resources read from them. The
+/// cache holds each object it keys on, so an address cannot be reused while its entry lives; entries of
+/// objects no longer listed go on each build.
 #[derive(Debug, Default)]
-pub struct PodInfoCache {
-    entries: HashMap<usize, (Arc<Pod>, Arc<PodInfo>)>,
+pub struct StateCache {
+    pods: FxHashMap<usize, (Arc<Pod>, Arc<PodInfo>, PodFacts)>,
+    nodes: FxHashMap<usize, (Arc<Node>, ReadFacts)>,
+    claims: FxHashMap<usize, (Arc<NodeClaim>, ReadFacts)>,
 }
 
-impl PodInfoCache {
-    fn address(pod: &Arc<Pod>) -> usize {
-        Arc::as_ptr(pod) as usize
+/// The labels and allocatable resources read from one Node (or from a NodeClaim whose node has not
+/// registered: its labels with its requirements' single values, and what it launched or was sized for).
+#[derive(Debug, Clone)]
+struct ReadFacts {
+    labels: Arc<BTreeMap<String, String>>,
+    allocatable: Resources,
+}
+
+impl StateCache {
+    fn address<T>(object: &Arc<T>) -> usize {
+        Arc::as_ptr(object) as usize
+    }
+
+    /// The facts of a shared object from `entries` (read by `read` when it is new or changed), kept in
+    /// `seen` for the next build.
+    fn facts<T>(
+        entries: &mut FxHashMap<usize, (Arc<T>, ReadFacts)>,
+        seen: &mut FxHashMap<usize, (Arc<T>, ReadFacts)>,
+        shared: Option<&Arc<T>>,
+        read: impl FnOnce() -> Result<ReadFacts, StateError>,
+    ) -> Result<ReadFacts, StateError> {
+        let Some(shared) = shared else { return read() };
+        let address = Self::address(shared);
+        let facts = match entries.remove(&address) {
+            Some((_, facts)) => facts,
+            None => read()?,
+        };
+        seen.insert(address, (Arc::clone(shared), facts.clone()));
+        Ok(facts)
     }
 }
 
@@ -412,7 +444,7 @@ impl ClusterState {
         now: Timestamp,
     ) -> Result<Self, StateError> {
         let objects = Objects { pods, nodes, claims, daemon_sets, pdbs, pools, storage, namespaces };
-        Self::build(objects, now, &mut PodInfoCache::default())
+        Self::build(objects, now, &mut StateCache::default())
     }
 
     /// The state of snapshot files read with [`ReadPods`], consuming them: the nodes and claims move into
@@ -428,7 +460,8 @@ impl ClusterState {
         let crate::snapshot::Snapshot { pods, nodes, node_claims, daemon_sets, pdbs, node_pools, .. } = snapshot;
         let nodes: Vec<Arc<Node>> = nodes.into_iter().map(Arc::new).collect();
         let claims: Vec<Arc<NodeClaim>> = node_claims.into_iter().map(Arc::new).collect();
-        let (mut state, by_name) = Self::with_nodes(&nodes, &claims, &pdbs, &node_pools, &storage, now)?;
+        let (mut state, by_name) =
+            Self::with_nodes(&nodes, &claims, &pdbs, &node_pools, &storage, now, &mut StateCache::default())?;
         drop((nodes, claims));
         state.pods.reserve(pods.0.len());
         for read in pods.0 {
@@ -444,7 +477,7 @@ impl ClusterState {
     pub fn from_snapshot(
         snapshot: &crate::cluster::Snapshot,
         now: Timestamp,
-        cache: &mut PodInfoCache,
+        cache: &mut StateCache,
     ) -> Result<Self, StateError> {
         let objects = Objects {
             pods: snapshot.pods.values(),
@@ -471,7 +504,7 @@ impl ClusterState {
         pdbs: &[PodDisruptionBudget],
         pools: &[NodePool],
         now: Timestamp,
-        cache: &mut PodInfoCache,
+        cache: &mut StateCache,
     ) -> Result<Self, StateError> {
         let (storage, namespaces) = (Default::default(), Default::default());
         let objects =
@@ -482,7 +515,7 @@ impl ClusterState {
     fn build<P, N, C, PI, NI, CI>(
         objects: Objects<'_, PI, NI, CI>,
         now: Timestamp,
-        cache: &mut PodInfoCache,
+        cache: &mut StateCache,
     ) -> Result<Self, StateError>
     where
         P: ObjectRef<Pod>,
@@ -493,31 +526,32 @@ impl ClusterState {
         CI: IntoIterator<Item = C>,
     {
         let Objects { pods, nodes, claims, daemon_sets, pdbs, pools, storage, namespaces } = objects;
-        let (mut state, by_name) = Self::with_nodes(nodes, claims, pdbs, pools, storage, now)?;
-        let mut seen = HashMap::new();
+        let (mut state, by_name) = Self::with_nodes(nodes, claims, pdbs, pools, storage, now, cache)?;
+        let mut seen = FxHashMap::with_capacity_and_hasher(cache.pods.len(), Default::default());
         for pod_ref in pods {
             let pod = pod_ref.object();
-            let info = match pod_ref.as_shared() {
+            let (info, facts) = match pod_ref.as_shared() {
                 Some(shared) => {
-                    let address = PodInfoCache::address(shared);
-                    let info = match cache.entries.remove(&address) {
-                        Some((_, info)) => info,
-                        None => Arc::new(PodInfo::from_pod(pod)?),
+                    let address = StateCache::address(shared);
+                    let (info, facts) = match cache.pods.remove(&address) {
+                        Some((_, info, facts)) => (info, facts),
+                        None => (Arc::new(PodInfo::from_pod(pod)?), PodFacts::of(pod)),
                     };
-                    seen.insert(address, (Arc::clone(shared), Arc::clone(&info)));
-                    info
+                    seen.insert(address, (Arc::clone(shared), Arc::clone(&info), facts.clone()));
+                    (info, facts)
                 }
-                None => Arc::new(PodInfo::from_pod(pod)?),
+                None => (Arc::new(PodInfo::from_pod(pod)?), PodFacts::of(pod)),
             };
-            state.add_pod(info, &PodFacts::of(pod), Some(pod), &by_name, storage, namespaces);
+            state.add_pod(info, &facts, Some(pod), &by_name, storage, namespaces);
         }
-        cache.entries = seen;
+        cache.pods = seen;
         state.add_daemons(daemon_sets)?;
         Ok(state)
     }
 
     /// A state of the nodes and claims (with the PDBs and NodePools) and no pod yet; with the index of
-    /// each node by name.
+    /// each node by name. What it reads of shared nodes and claims comes from `cache` when they are
+    /// unchanged since the last build.
     fn with_nodes<N, C, NI, CI>(
         nodes: NI,
         claims: CI,
@@ -525,7 +559,8 @@ impl ClusterState {
         pools: &[NodePool],
         storage: &crate::cluster::Storage,
         now: Timestamp,
-    ) -> Result<(Self, HashMap<String, usize>), StateError>
+        cache: &mut StateCache,
+    ) -> Result<(Self, FxHashMap<String, usize>), StateError>
     where
         N: ObjectRef<Node>,
         C: ObjectRef<NodeClaim>,
@@ -535,7 +570,7 @@ impl ClusterState {
         let mut state = ClusterState { pdbs: pdbs.to_vec(), pools: pools.to_vec(), ..Default::default() };
         let nodes: Vec<N> = nodes.into_iter().collect();
         let claims: Vec<C> = claims.into_iter().collect();
-        let mut by_name: HashMap<String, usize> = HashMap::new();
+        let mut by_name: FxHashMap<String, usize> = FxHashMap::default();
         let node_by_pid: HashMap<&str, &str> = nodes
             .iter()
             .map(ObjectRef::object)
@@ -552,18 +587,22 @@ impl ClusterState {
                 by_node.or(by_pid).map(|n| (n, i))
             })
             .collect();
+        let mut seen_nodes = FxHashMap::with_capacity_and_hasher(nodes.len(), Default::default());
         for node_ref in &nodes {
             let node = node_ref.object();
             let name = node.metadata.name.clone().unwrap_or_default();
-            let allocatable = match node.status.as_ref().and_then(|s| s.allocatable.as_ref()) {
-                Some(list) => Resources::from_resource_list(list).map_err(|e| StateError::Object {
-                    object: format!("Node/{name}"),
-                    field: "status.allocatable".into(),
-                    message: e.to_string(),
-                })?,
-                None => Resources::ZERO,
-            };
-            let node_labels = node.metadata.labels.clone().unwrap_or_default();
+            let ReadFacts { labels: node_labels, allocatable } =
+                StateCache::facts(&mut cache.nodes, &mut seen_nodes, node_ref.as_shared(), || {
+                    let allocatable = match node.status.as_ref().and_then(|s| s.allocatable.as_ref()) {
+                        Some(list) => Resources::from_resource_list(list).map_err(|e| StateError::Object {
+                            object: format!("Node/{name}"),
+                            field: "status.allocatable".into(),
+                            message: e.to_string(),
+                        })?,
+                        None => Resources::ZERO,
+                    };
+                    Ok(ReadFacts { labels: Arc::new(node.metadata.labels.clone().unwrap_or_default()), allocatable })
+                })?;
             let pool = node_labels.get(labels::NODE_POOL).cloned();
             let claim_of_node = claim_for_node.get(name.as_str()).map(|i| claims[*i].object());
             // Until a node is initialized its extended resources (GPUs) may still read zero: plan with
@@ -627,27 +666,32 @@ impl ClusterState {
         // Claims whose node has not registered yet are capacity in flight: launched ones with their
         // instance's allocatable, not-yet-launched ones with what they were sized for.
         let registered: HashSet<&str> = claim_for_node.values().map(|i| claims[*i].object().name()).collect();
+        let mut seen_claims = FxHashMap::default();
         for c_ref in &claims {
             let c = c_ref.object();
             if registered.contains(c.name()) {
                 continue;
             }
-            let status = c.status.clone().unwrap_or_default();
-            let (field, list) = if c.provider_id().is_some() {
-                ("status.allocatable", &status.allocatable)
-            } else {
-                ("spec.resources.requests", &c.spec.resources.requests)
-            };
-            let allocatable = Resources::from_resource_list(list).map_err(|e| StateError::Object {
-                object: format!("NodeClaim/{}", c.name()),
-                field: field.into(),
-                message: e.to_string(),
-            })?;
-            let mut node_labels: BTreeMap<String, String> = c.metadata.labels.clone().unwrap_or_default();
-            let reqs = Requirements::from_api(&c.spec.requirements);
-            for (k, v) in reqs.single_values() {
-                node_labels.entry(k.to_owned()).or_insert_with(|| v.to_owned());
-            }
+            let ReadFacts { labels: node_labels, allocatable } =
+                StateCache::facts(&mut cache.claims, &mut seen_claims, c_ref.as_shared(), || {
+                    let no_status = NodeClaimStatus::default();
+                    let (field, list) = if c.provider_id().is_some() {
+                        ("status.allocatable", &c.status.as_ref().unwrap_or(&no_status).allocatable)
+                    } else {
+                        ("spec.resources.requests", &c.spec.resources.requests)
+                    };
+                    let allocatable = Resources::from_resource_list(list).map_err(|e| StateError::Object {
+                        object: format!("NodeClaim/{}", c.name()),
+                        field: field.into(),
+                        message: e.to_string(),
+                    })?;
+                    let mut node_labels: BTreeMap<String, String> = c.metadata.labels.clone().unwrap_or_default();
+                    let reqs = Requirements::from_api(&c.spec.requirements);
+                    for (k, v) in reqs.single_values() {
+                        node_labels.entry(k.to_owned()).or_insert_with(|| v.to_owned());
+                    }
+                    Ok(ReadFacts { labels: Arc::new(node_labels), allocatable })
+                })?;
             let taints = c.spec.taints.clone();
             by_name.insert(c.name().to_owned(), state.nodes.len());
             state.nodes.push(StateNode {
@@ -670,6 +714,8 @@ impl ClusterState {
                 pods: Vec::new(),
             });
         }
+        cache.nodes = seen_nodes;
+        cache.claims = seen_claims;
         Ok((state, by_name))
     }
 
@@ -680,7 +726,7 @@ impl ClusterState {
         info: Arc<PodInfo>,
         facts: &PodFacts,
         pod: Option<&Pod>,
-        by_name: &HashMap<String, usize>,
+        by_name: &FxHashMap<String, usize>,
         storage: &crate::cluster::Storage,
         namespaces: &crate::cluster::NamespaceLabels,
     ) {
@@ -820,14 +866,14 @@ mod tests {
         )
     }
 
-    fn build(pods: &[Arc<Pod>], cache: &mut PodInfoCache) -> ClusterState {
+    fn build(pods: &[Arc<Pod>], cache: &mut StateCache) -> ClusterState {
         let now = Timestamp::UNIX_EPOCH;
         ClusterState::from_shared(pods, &[], &[], &[], &[], &[], now, cache).unwrap()
     }
 
     #[test]
     fn shared_pods_keep_their_view_until_they_change() {
-        let mut cache = PodInfoCache::default();
+        let mut cache = StateCache::default();
         let mut pods = vec![pod("a", "1"), pod("b", "2")];
         let first = build(&pods, &mut cache);
         let again = build(&pods, &mut cache);
@@ -851,7 +897,56 @@ mod tests {
         // A pod no longer listed leaves the cache.
         pods.truncate(1);
         build(&pods, &mut cache);
-        assert_eq!(cache.entries.len(), 1);
+        assert_eq!(cache.pods.len(), 1);
+    }
+
+    #[test]
+    fn shared_nodes_and_claims_are_read_again_only_when_they_change() {
+        let node = |name: &str, cpu: &str, zone: &str| -> Arc<Node> {
+            Arc::new(
+                serde_json::from_value(serde_json::json!({
+                    "metadata": {"name": name, "labels": {labels::ZONE: zone}},
+                    "status": {"allocatable": {"cpu": cpu, "memory": "8Gi", "pods": "110"}}
+                }))
+                .unwrap(),
+            )
+        };
+        let claim: Arc<NodeClaim> = Arc::new(
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "c-1", "labels": {labels::NODE_POOL: "default"}},
+                "spec": {"nodeClassRef": {"group": "", "kind": "", "name": ""},
+                    "requirements": [{"key": labels::ZONE, "operator": "In", "values": ["z1"]}],
+                    "resources": {"requests": {"cpu": "2"}}}
+            }))
+            .unwrap(),
+        );
+        let mut nodes = vec![node("a", "4", "z1"), node("b", "8", "z2")];
+        let claims = vec![Arc::clone(&claim)];
+        let mut cache = StateCache::default();
+        let build = |nodes: &[Arc<Node>], cache: &mut StateCache| {
+            ClusterState::from_shared(&[], nodes, &claims, &[], &[], &[], Timestamp::UNIX_EPOCH, cache).unwrap()
+        };
+        let first = build(&nodes, &mut cache);
+        let again = build(&nodes, &mut cache);
+        for (x, y) in first.nodes.iter().zip(&again.nodes) {
+            assert!(Arc::ptr_eq(&x.labels, &y.labels), "{}: an unchanged object is not read again", x.name);
+            assert_eq!(x.allocatable, y.allocatable);
+        }
+        assert_eq!(again.nodes[2].label(labels::ZONE), Some("z1"), "the claim's requirement names its zone");
+        assert_eq!(again.nodes[2].allocatable.get(crate::resources::ResourceName::CPU), 2000);
+        // A changed node is a new allocation: read afresh, the others kept.
+        nodes[1] = node("b", "16", "z3");
+        let changed = build(&nodes, &mut cache);
+        assert!(Arc::ptr_eq(&first.nodes[0].labels, &changed.nodes[0].labels));
+        assert_eq!(changed.nodes[1].label(labels::ZONE), Some("z3"));
+        assert_eq!(changed.nodes[1].allocatable.get(crate::resources::ResourceName::CPU), 16_000);
+        // A node no longer listed leaves the cache; one that cannot be read is an error, never a stale read.
+        nodes.truncate(1);
+        build(&nodes, &mut cache);
+        assert_eq!((cache.nodes.len(), cache.claims.len()), (1, 1));
+        nodes.push(node("bad", "lots", "z1"));
+        let err = ClusterState::from_shared(&[], &nodes, &claims, &[], &[], &[], Timestamp::UNIX_EPOCH, &mut cache);
+        assert!(err.is_err_and(|e| e.to_string().contains("Node/bad")));
     }
 
     #[test]
@@ -894,7 +989,7 @@ mod tests {
                 d
             }),
         ];
-        let state = build(&pods, &mut PodInfoCache::default());
+        let state = build(&pods, &mut StateCache::default());
         let placed: Vec<&str> = state.pods_to_place().map(|p| p.info.key.as_str()).collect();
         assert_eq!(placed, ["default/no-status", "default/unschedulable"]);
     }

@@ -227,29 +227,28 @@ impl<'a> Simulator<'a> {
         self.bases.get_or_init(|| {
             let inputs = self.inputs;
             let state = inputs.state;
-            let mut nodes: Vec<ExistingNode> = state.nodes.iter().map(|n| n.as_existing()).collect();
+            let nodes: Vec<ExistingNode> = state.nodes.iter().map(|n| n.as_existing()).collect();
             let pools = provisioning::pool_inputs(state, inputs.types_for);
             let bound = state.bound_pods();
             let options = provisioning::scheduler_options(inputs.settings);
+            let mut base = Scheduler::new(pools, nodes, bound, &state.daemons, options);
             // Pending pods and the pods of nodes already being deleted land first: the room they will take
-            // (often on capacity booting for them) is not room for the candidates' pods.
+            // (often on capacity booting for them) is not room for the candidates' pods. They are placed on
+            // a copy of the base, which then gives up that room.
             let first: Vec<Arc<PodInfo>> = state.pods_to_place().map(|p| Arc::clone(&p.info)).collect();
             if !first.is_empty() {
                 let requests: HashMap<String, Resources> =
                     first.iter().map(|p| (p.key.clone(), p.requests.clone())).collect();
-                let by_name: HashMap<String, usize> =
-                    nodes.iter().enumerate().map(|(i, n)| (n.name.clone(), i)).collect();
-                let placed =
-                    Scheduler::new(pools.clone(), nodes.clone(), bound.clone(), &state.daemons, options.clone())
-                        .solve_shared(first);
+                let by_name: HashMap<&str, usize> =
+                    state.nodes.iter().enumerate().map(|(i, n)| (n.name.as_str(), i)).collect();
+                let placed = base.clone().solve_shared(first);
                 for p in placed.existing {
-                    let Some(&i) = by_name.get(&p.node) else { continue };
+                    let Some(&i) = by_name.get(p.node.as_str()) else { continue };
                     for r in p.pods.iter().filter_map(|k| requests.get(k)) {
-                        nodes[i].available.sub_assign(r);
+                        base.take_room(i, r);
                     }
                 }
             }
-            let mut base = Scheduler::new(pools, nodes, bound, &state.daemons, options);
             base.register(self.candidate_pods.iter().map(|i| &*self.pods[*i]));
             let mut settled = base.clone();
             let unsettled: Vec<&str> = self.unsettled.iter().map(String::as_str).collect();

@@ -41,7 +41,7 @@ use crate::disruption::queue::{Controller, Event};
 use crate::lifecycle::{Lifecycle, Next, PodEvents};
 use crate::provisioning::{self, Batcher, Nominations};
 use crate::settings::Settings;
-use crate::state::{ClusterState, PodInfoCache};
+use crate::state::{ClusterState, StateCache};
 
 /// What the runtime measured since the operator last took it ([`Runtime::take_telemetry`]), for
 /// Karpenter's scheduler and disruption metrics. The decisions never read it.
@@ -111,7 +111,7 @@ pub struct Runtime {
     decisions: Vec<(Timestamp, Event)>,
     /// For each claim still booting, the pods provisioning last planned onto it.
     pub reserved: HashMap<String, Vec<String>>,
-    pod_infos: PodInfoCache,
+    state_cache: StateCache,
     /// Events recently published, so a condition that holds pass after pass is reported once a while.
     recent: RecentEvents,
     telemetry: Telemetry,
@@ -195,7 +195,7 @@ impl Runtime {
             valid_pools: None,
             decisions: Vec::new(),
             reserved: HashMap::new(),
-            pod_infos: PodInfoCache::default(),
+            state_cache: StateCache::default(),
             recent: RecentEvents::default(),
             telemetry: Telemetry::default(),
             static_created: HashMap::new(),
@@ -260,7 +260,7 @@ impl Runtime {
     /// Builds the state mirror from a snapshot, with the disruption queue's marks. `None` (after a
     /// warning) when the snapshot cannot be read: a pass is skipped rather than run on a partial view.
     fn state(&mut self, snapshot: &Snapshot, now: Timestamp) -> Option<ClusterState> {
-        let built = ClusterState::from_snapshot(snapshot, now, &mut self.pod_infos);
+        let built = ClusterState::from_snapshot(snapshot, now, &mut self.state_cache);
         match built {
             Ok(mut s) => {
                 self.disruption.queue.apply(&mut s);

@@ -105,7 +105,11 @@ pub enum TopologyKind {
 }
 
 /// One topology constraint of a pod, in a form shared by every pod with the same constraint.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+///
+/// Equal terms share one group in a scheduling pass, found by hashing the term. The hash leaves out
+/// `node_filter`, whose requirement sets are the costly part to hash and almost never tell two terms of the
+/// same selector apart; equality still compares every field.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TopologyTerm {
     /// Spread, affinity or anti-affinity.
     pub kind: TopologyKind,
@@ -337,6 +341,24 @@ fn spread_term(
         .then(|| Arc::clone(node_alternatives)),
         honor_taints: (c.node_taints_policy.as_deref() == Some("Honor"))
             .then(|| serde_json::to_string(tolerations).unwrap_or_default()),
+    }
+}
+
+impl std::hash::Hash for TopologyTerm {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        // Every field but `node_filter`: terms equal under `Eq` hash alike.
+        let Self {
+            kind,
+            key,
+            selector,
+            namespaces,
+            namespace_selector,
+            max_skew,
+            min_domains,
+            node_filter: _,
+            honor_taints,
+        } = self;
+        (kind, key, selector, namespaces, namespace_selector, max_skew, min_domains, honor_taints).hash(state);
     }
 }
 

@@ -58,8 +58,8 @@ pub struct PoolInput {
 pub struct ExistingNode {
     /// The node's name.
     pub name: String,
-    /// Its labels (the hostname label is derived from the name when absent).
-    pub labels: BTreeMap<String, String>,
+    /// Its labels (the hostname label is derived from the name when absent), shared with its source.
+    pub labels: Arc<BTreeMap<String, String>>,
     /// Its taints.
     pub taints: Vec<Taint>,
     /// Allocatable resources minus the requests of the pods bound to it (and of daemons still to come).
@@ -503,11 +503,11 @@ impl Scheduler {
             .into_iter()
             .map(|mut n| {
                 if !n.labels.contains_key(labels::HOSTNAME) {
-                    n.labels.insert(labels::HOSTNAME.to_owned(), n.name.clone());
+                    Arc::make_mut(&mut n.labels).insert(labels::HOSTNAME.to_owned(), n.name.clone());
                 }
                 Node {
                     info: Arc::new(NodeView {
-                        reqs: Requirements::from_labels(&n.labels),
+                        reqs: Requirements::from_labels(&*n.labels),
                         name: n.name,
                         labels: n.labels,
                         taints: n.taints,
@@ -529,8 +529,8 @@ impl Scheduler {
         let mut topology = Topology::new(universe, existing.clone());
         for (pod, node) in &bound {
             let shared = bound_nodes.entry(node.as_str()).or_insert_with(|| {
-                let labels = BTreeMap::from([(labels::HOSTNAME.to_owned(), node.clone())]);
-                let reqs = Requirements::from_labels(&labels);
+                let labels = Arc::new(BTreeMap::from([(labels::HOSTNAME.to_owned(), node.clone())]));
+                let reqs = Requirements::from_labels(&*labels);
                 Arc::new(NodeView { name: node.clone(), labels, reqs, taints: Vec::new() })
             });
             topology.add_bound(Arc::clone(pod), Arc::clone(shared));
@@ -570,6 +570,14 @@ impl Scheduler {
             s.topology.remove_node(name);
         }
         s
+    }
+
+    /// Takes `room` from the `index`th existing node's available resources (in the order the nodes were
+    /// given to [`Scheduler::new`]), as if a pod placed elsewhere already held it.
+    pub fn take_room(&mut self, index: usize, room: &Resources) {
+        if let Some(n) = self.nodes.get_mut(index) {
+            n.available.sub_assign(room);
+        }
     }
 
     /// Stops the named nodes from taking pods (they stay, with their pods counted).

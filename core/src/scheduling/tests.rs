@@ -80,7 +80,7 @@ fn pending_pods_pack_into_the_cheapest_claim_that_fits() {
 fn existing_nodes_are_filled_before_anything_is_bought() {
     let node = ExistingNode {
         name: "n1".into(),
-        labels: [(labels::ZONE.to_owned(), "zone-a".to_owned())].into(),
+        labels: Arc::new([(labels::ZONE.to_owned(), "zone-a".to_owned())].into()),
         taints: vec![],
         available: Resources::cpu_memory(2000, 8 << 30).with(ResourceName::PODS, 10),
         host_ports: vec![],
@@ -170,7 +170,7 @@ fn anti_affinity_of_running_pods_keeps_matching_pods_away() {
     );
     let node = ExistingNode {
         name: "n1".into(),
-        labels: [(labels::ZONE.to_owned(), "zone-a".to_owned())].into(),
+        labels: Arc::new([(labels::ZONE.to_owned(), "zone-a".to_owned())].into()),
         taints: vec![],
         available: Resources::cpu_memory(8000, 32 << 30).with(ResourceName::PODS, 10),
         host_ports: vec![],
@@ -515,7 +515,7 @@ fn marginal_cost_packing_opens_a_cheaper_claim() {
 fn node_taints_policy_honor_ignores_pods_on_untolerated_nodes() {
     let tainted = ExistingNode {
         name: "tainted".into(),
-        labels: [(labels::ZONE.to_owned(), "zone-a".to_owned())].into(),
+        labels: Arc::new([(labels::ZONE.to_owned(), "zone-a".to_owned())].into()),
         taints: vec![taints::taint("dedicated", Some("infra"), "NoSchedule")],
         available: Resources::ZERO,
         host_ports: vec![],
@@ -603,7 +603,9 @@ fn a_label_that_must_exist_does_not_meet_one_that_must_not() {
 fn zone_node(name: &str, zone: &str) -> ExistingNode {
     ExistingNode {
         name: name.into(),
-        labels: [(labels::ZONE.to_owned(), zone.to_owned()), (labels::HOSTNAME.to_owned(), name.to_owned())].into(),
+        labels: Arc::new(
+            [(labels::ZONE.to_owned(), zone.to_owned()), (labels::HOSTNAME.to_owned(), name.to_owned())].into(),
+        ),
         taints: vec![],
         available: Resources::cpu_memory(8000, 32 << 30).with(ResourceName::PODS, 10),
         host_ports: vec![],

@@ -1,6 +1,7 @@
 //! Topology spread and pod (anti-)affinity: domain counts per constraint, shared by every pod that carries
 //! the same constraint.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use rustc_hash::{FxHashMap, FxHashSet};
@@ -86,7 +87,7 @@ impl DomainFilter {
 #[derive(Debug)]
 pub(crate) struct NodeView {
     pub(crate) name: String,
-    pub(crate) labels: BTreeMap<String, String>,
+    pub(crate) labels: Arc<BTreeMap<String, String>>,
     pub(crate) reqs: Requirements,
     pub(crate) taints: Vec<Taint>,
 }
@@ -154,6 +155,16 @@ pub(crate) enum Domain<'a> {
 /// against the groups whose selectors name one of its labels, not against every group of the pass.
 type LabelIndex = FxHashMap<String, FxHashMap<String, Vec<usize>>>;
 
+/// Adds `by` to `domain`'s count, copying the domain's name only the first time it is counted.
+fn bump(counts: &mut FxHashMap<String, i32>, domain: &str, by: i32) {
+    match counts.get_mut(domain) {
+        Some(c) => *c += by,
+        None => {
+            counts.insert(domain.to_owned(), by);
+        }
+    }
+}
+
 fn index_insert(index: &mut LabelIndex, key: &str, value: &str, entry: usize) {
     let values = match index.get_mut(key) {
         Some(v) => v,
@@ -188,17 +199,24 @@ impl GroupIndex {
     }
 
     /// The groups that may select a pod with `labels`, ascending and without repeats: a superset of those
-    /// that do.
-    fn candidates(&self, labels: &BTreeMap<String, String>) -> Vec<usize> {
-        let mut out = self.unanchored.clone();
-        for (k, v) in labels {
-            if let Some(list) = self.by_label.get(k).and_then(|values| values.get(v)) {
-                out.extend_from_slice(list);
-            }
+    /// that do. Most pods reach one list of the index (their app's label) and no unanchored group: that
+    /// list is lent as it is (each list is ascending, its groups inserted in order), with nothing allocated.
+    fn candidates(&self, labels: &BTreeMap<String, String>) -> Cow<'_, [usize]> {
+        let mut lists = labels.iter().filter_map(|(k, v)| self.by_label.get(k).and_then(|values| values.get(v)));
+        if self.unanchored.is_empty() {
+            let Some(first) = lists.next() else { return Cow::Borrowed(&[]) };
+            let Some(second) = lists.next() else { return Cow::Borrowed(first) };
+            let mut out: Vec<usize> = first.iter().chain(second).copied().collect();
+            lists.for_each(|l| out.extend_from_slice(l));
+            out.sort_unstable();
+            out.dedup();
+            return Cow::Owned(out);
         }
+        let mut out = self.unanchored.clone();
+        lists.for_each(|l| out.extend_from_slice(l));
         out.sort_unstable();
         out.dedup();
-        out
+        Cow::Owned(out)
     }
 }
 
@@ -242,13 +260,13 @@ impl Topology {
 
     /// Registers a pod already running on `node`.
     pub(crate) fn add_bound(&mut self, pod: Arc<PodInfo>, node: Arc<NodeView>) {
-        for gid in self.selectors.candidates(&pod.labels) {
+        for &gid in self.selectors.candidates(&pod.labels).iter() {
             let g = Arc::make_mut(&mut self.groups[gid]);
             if let Some(d) = node.labels.get(&g.term.key)
                 && g.selects(&pod)
                 && g.counts_node(&node.taints, &node.reqs)
             {
-                *g.counts.entry(d.clone()).or_default() += 1;
+                bump(&mut g.counts, d, 1);
                 g.total += 1;
             }
         }
@@ -256,11 +274,17 @@ impl Topology {
         for t in pod.topology.iter().filter(|t| t.kind == TopologyKind::AntiAffinity) {
             let gid = self.group(t);
             if let Some(d) = node.labels.get(&t.key) {
-                *Arc::make_mut(&mut self.groups[gid]).owners.entry(d.clone()).or_default() += 1;
+                bump(&mut Arc::make_mut(&mut self.groups[gid]).owners, d, 1);
             }
         }
         let at = self.bound.len();
-        Arc::make_mut(&mut self.bound_by_node).entry(node.name.clone()).or_default().push(at);
+        let by_node = Arc::make_mut(&mut self.bound_by_node);
+        match by_node.get_mut(node.name.as_str()) {
+            Some(list) => list.push(at),
+            None => {
+                by_node.insert(node.name.clone(), vec![at]);
+            }
+        }
         let by_label = Arc::make_mut(&mut self.bound_by_label);
         for (k, v) in &pod.labels {
             index_insert(by_label, k, v, at);
@@ -276,7 +300,7 @@ impl Topology {
         let bound = Arc::clone(&self.bound);
         let index = Arc::clone(&self.bound_by_node);
         for b in index.get(node).into_iter().flatten().map(|i| &bound[*i]) {
-            for gid in self.selectors.candidates(&b.pod.labels) {
+            for &gid in self.selectors.candidates(&b.pod.labels).iter() {
                 let g = &self.groups[gid];
                 let Some(d) = b.node.labels.get(&g.term.key) else { continue };
                 if !g.selects(&b.pod) || !g.counts_node(&b.node.taints, &b.node.reqs) {
@@ -389,7 +413,7 @@ impl Topology {
             if let Some(d) = domain
                 && g.selects(&b.pod)
             {
-                *g.counts.entry(d.clone()).or_default() += 1;
+                bump(&mut g.counts, d, 1);
                 g.total += 1;
             }
         }
@@ -407,9 +431,7 @@ impl Topology {
 
     /// Groups whose selector matches `pod` (their counts grow when it lands), ascending.
     pub(crate) fn selecting(&self, pod: &PodInfo) -> Vec<usize> {
-        let mut out = self.selectors.candidates(&pod.labels);
-        out.retain(|&g| self.groups[g].selects(pod));
-        out
+        self.selectors.candidates(&pod.labels).iter().copied().filter(|&g| self.groups[g].selects(pod)).collect()
     }
 
     /// Of the groups `selecting` a pod ([`Topology::selecting`]), the anti-affinity ones with owners

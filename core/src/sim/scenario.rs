@@ -1,7 +1,7 @@
 //! Scenario files for `tenon simulate`: a workload, a catalog, NodePools and events, replayed in virtual
 //! time against the real controllers, with a cost report.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -389,6 +389,21 @@ impl Scenario {
         settings::load(None, Vec::new(), &flags).map_err(|e| err(&format!("spec.settings.{}", e.key), e.message))?;
         let mut templates = Vec::with_capacity(spec.workloads.len());
         let mut daemon_sets = Vec::new();
+        // Deployments and jobs name their pods after themselves: two of one name would share pods.
+        let mut named_pods: BTreeMap<&str, usize> = BTreeMap::new();
+        for (i, w) in spec.workloads.iter().enumerate() {
+            let (kind, name) = match w {
+                Workload::Deployment(d) => ("deployment", d.name.as_str()),
+                Workload::Jobs(j) => ("jobs", j.name.as_str()),
+                Workload::DaemonSet(_) => continue,
+            };
+            if let Some(first) = named_pods.insert(name, i) {
+                return Err(err(
+                    &format!("spec.workloads[{i}].{kind}.name"),
+                    format!("{name:?} is already the name of spec.workloads[{first}]: each names its own pods"),
+                ));
+            }
+        }
         for (i, w) in spec.workloads.iter().enumerate() {
             match w {
                 Workload::DaemonSet(d) => {
@@ -685,6 +700,9 @@ pub async fn run(scenario: &Scenario, settings: Settings, progress: &mut dyn FnM
     // The method that proposed each node's disruption, until the command completes. The simulated cluster
     // names a node after its claim.
     let mut proposed: HashMap<String, String> = HashMap::new();
+    // Each deployment's replicas that exist, by index (names are unique per workload, so the scenario's
+    // own record matches what `sim.desired` holds of them).
+    let mut replicas: Vec<BTreeSet<u32>> = vec![BTreeSet::new(); scenario.spec.workloads.len()];
     let mut events_seen = 0;
     let steps = (total.as_secs() / step.as_secs().max(1)) as usize;
     for i in 0..steps {
@@ -692,7 +710,7 @@ pub async fn run(scenario: &Scenario, settings: Settings, progress: &mut dyn FnM
         let now = clock.now();
         let elapsed = clock::since(now, start);
         // Workloads.
-        for (w, template) in scenario.spec.workloads.iter().zip(&scenario.templates) {
+        for ((w, template), have) in scenario.spec.workloads.iter().zip(&scenario.templates).zip(&mut replicas) {
             let Some(template) = template else { continue };
             match w {
                 Workload::Deployment(d) => {
@@ -709,15 +727,18 @@ pub async fn run(scenario: &Scenario, settings: Settings, progress: &mut dyn FnM
                             min + ((f64::from(max.saturating_sub(*min))) * level).round() as u32
                         }
                     };
-                    for r in 0..want.max(1) * 2 {
-                        let key = format!("default/{}-{r}", d.name);
-                        let exists = sim.desired.contains_key(&key);
-                        if r < want && !exists {
-                            sim.add_pod(named(template, format!("{}-{r}", d.name)));
-                            created.insert(key, now);
-                        } else if r >= want && exists {
-                            sim.remove_pod(&key);
-                        }
+                    // Replicas below `want` are created, those from `want` up to twice it removed, in index
+                    // order; only the missing and the present are touched.
+                    let missing: Vec<u32> = (0..want).filter(|r| !have.contains(r)).collect();
+                    for r in missing {
+                        sim.add_pod(named(template, format!("{}-{r}", d.name)));
+                        created.insert(format!("default/{}-{r}", d.name), now);
+                        have.insert(r);
+                    }
+                    let extra: Vec<u32> = have.range(want..want.max(1) * 2).copied().collect();
+                    for r in extra {
+                        sim.remove_pod(&format!("default/{}-{r}", d.name));
+                        have.remove(&r);
                     }
                 }
                 Workload::DaemonSet(_) => {}
