@@ -31,6 +31,9 @@ pub struct StateNode {
     pub inferred_claim: bool,
     /// The node's labels (shared with the schedulers built from this state).
     pub labels: Arc<BTreeMap<String, String>>,
+    /// The requirements its labels make ([`Requirements::from_labels`]), read once per object and shared
+    /// with the schedulers built from this state.
+    pub label_requirements: Arc<Requirements>,
     /// The node's taints.
     pub taints: Vec<Taint>,
     /// Allocatable resources.
@@ -89,6 +92,7 @@ impl StateNode {
         ExistingNode {
             name: self.name.clone(),
             labels: self.labels.clone(),
+            requirements: Some(Arc::clone(&self.label_requirements)),
             taints: self.taints.clone(),
             available: self.available(),
             host_ports: self.host_ports.clone(),
@@ -284,7 +288,15 @@ pub struct StateCache {
 #[derive(Debug, Clone)]
 struct ReadFacts {
     labels: Arc<BTreeMap<String, String>>,
+    label_requirements: Arc<Requirements>,
     allocatable: Resources,
+}
+
+impl ReadFacts {
+    fn new(labels: BTreeMap<String, String>, allocatable: Resources) -> Self {
+        let label_requirements = Arc::new(Requirements::from_labels(&labels));
+        Self { labels: Arc::new(labels), label_requirements, allocatable }
+    }
 }
 
 impl StateCache {
@@ -591,7 +603,7 @@ impl ClusterState {
         for node_ref in &nodes {
             let node = node_ref.object();
             let name = node.metadata.name.clone().unwrap_or_default();
-            let ReadFacts { labels: node_labels, allocatable } =
+            let ReadFacts { labels: node_labels, label_requirements, allocatable } =
                 StateCache::facts(&mut cache.nodes, &mut seen_nodes, node_ref.as_shared(), || {
                     let allocatable = match node.status.as_ref().and_then(|s| s.allocatable.as_ref()) {
                         Some(list) => Resources::from_resource_list(list).map_err(|e| StateError::Object {
@@ -601,7 +613,7 @@ impl ClusterState {
                         })?,
                         None => Resources::ZERO,
                     };
-                    Ok(ReadFacts { labels: Arc::new(node.metadata.labels.clone().unwrap_or_default()), allocatable })
+                    Ok(ReadFacts::new(node.metadata.labels.clone().unwrap_or_default(), allocatable))
                 })?;
             let pool = node_labels.get(labels::NODE_POOL).cloned();
             let claim_of_node = claim_for_node.get(name.as_str()).map(|i| claims[*i].object());
@@ -651,6 +663,7 @@ impl ClusterState {
                 claim,
                 inferred_claim: inferred,
                 labels: node_labels,
+                label_requirements,
                 taints,
                 allocatable,
                 requested: Resources::ZERO,
@@ -672,7 +685,7 @@ impl ClusterState {
             if registered.contains(c.name()) {
                 continue;
             }
-            let ReadFacts { labels: node_labels, allocatable } =
+            let ReadFacts { labels: node_labels, label_requirements, allocatable } =
                 StateCache::facts(&mut cache.claims, &mut seen_claims, c_ref.as_shared(), || {
                     let no_status = NodeClaimStatus::default();
                     let (field, list) = if c.provider_id().is_some() {
@@ -690,7 +703,7 @@ impl ClusterState {
                     for (k, v) in reqs.single_values() {
                         node_labels.entry(k.to_owned()).or_insert_with(|| v.to_owned());
                     }
-                    Ok(ReadFacts { labels: Arc::new(node_labels), allocatable })
+                    Ok(ReadFacts::new(node_labels, allocatable))
                 })?;
             let taints = c.spec.taints.clone();
             by_name.insert(c.name().to_owned(), state.nodes.len());
@@ -701,6 +714,7 @@ impl ClusterState {
                 inferred_claim: false,
                 pool: node_labels.get(labels::NODE_POOL).cloned().or_else(|| c.node_pool().map(str::to_owned)),
                 labels: node_labels,
+                label_requirements,
                 taints,
                 allocatable,
                 requested: Resources::ZERO,
@@ -930,6 +944,8 @@ mod tests {
         let again = build(&nodes, &mut cache);
         for (x, y) in first.nodes.iter().zip(&again.nodes) {
             assert!(Arc::ptr_eq(&x.labels, &y.labels), "{}: an unchanged object is not read again", x.name);
+            assert!(Arc::ptr_eq(&x.label_requirements, &y.label_requirements));
+            assert_eq!(*y.label_requirements, Requirements::from_labels(&*y.labels));
             assert_eq!(x.allocatable, y.allocatable);
         }
         assert_eq!(again.nodes[2].label(labels::ZONE), Some("z1"), "the claim's requirement names its zone");

@@ -45,7 +45,12 @@ impl DaemonPod {
     /// Whether the daemon runs on a registered node with exactly these `labels` (a key the node lacks
     /// fails `In` and `Exists`, as kube-scheduler judges it).
     pub fn runs_on(&self, labels: &std::collections::BTreeMap<String, String>) -> bool {
-        self.alternatives.iter().any(|alt| alt.iter().all(|r| r.matches(labels.get(r.key()).map(String::as_str))))
+        self.runs_on_with(|k| labels.get(k).map(String::as_str))
+    }
+
+    /// As [`DaemonPod::runs_on`], for a node whose labels `label` looks up by key.
+    pub fn runs_on_with<'a>(&self, label: impl Fn(&str) -> Option<&'a str>) -> bool {
+        self.alternatives.iter().any(|alt| alt.iter().all(|r| r.matches(label(r.key()))))
     }
 }
 

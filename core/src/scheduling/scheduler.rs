@@ -60,6 +60,9 @@ pub struct ExistingNode {
     pub name: String,
     /// Its labels (the hostname label is derived from the name when absent), shared with its source.
     pub labels: Arc<BTreeMap<String, String>>,
+    /// The requirements `labels` make ([`Requirements::from_labels`]), when its source has them already;
+    /// read from `labels` otherwise (and whenever the hostname label had to be added).
+    pub requirements: Option<Arc<Requirements>>,
     /// Its taints.
     pub taints: Vec<Taint>,
     /// Allocatable resources minus the requests of the pods bound to it (and of daemons still to come).
@@ -504,10 +507,11 @@ impl Scheduler {
             .map(|mut n| {
                 if !n.labels.contains_key(labels::HOSTNAME) {
                     Arc::make_mut(&mut n.labels).insert(labels::HOSTNAME.to_owned(), n.name.clone());
+                    n.requirements = None;
                 }
                 Node {
                     info: Arc::new(NodeView {
-                        reqs: Requirements::from_labels(&*n.labels),
+                        reqs: n.requirements.unwrap_or_else(|| Arc::new(Requirements::from_labels(&*n.labels))),
                         name: n.name,
                         labels: n.labels,
                         taints: n.taints,
@@ -530,7 +534,7 @@ impl Scheduler {
         for (pod, node) in &bound {
             let shared = bound_nodes.entry(node.as_str()).or_insert_with(|| {
                 let labels = Arc::new(BTreeMap::from([(labels::HOSTNAME.to_owned(), node.clone())]));
-                let reqs = Requirements::from_labels(&*labels);
+                let reqs = Arc::new(Requirements::from_labels(&*labels));
                 Arc::new(NodeView { name: node.clone(), labels, reqs, taints: Vec::new() })
             });
             topology.add_bound(Arc::clone(pod), Arc::clone(shared));

@@ -81,6 +81,7 @@ fn existing_nodes_are_filled_before_anything_is_bought() {
     let node = ExistingNode {
         name: "n1".into(),
         labels: Arc::new([(labels::ZONE.to_owned(), "zone-a".to_owned())].into()),
+        requirements: None,
         taints: vec![],
         available: Resources::cpu_memory(2000, 8 << 30).with(ResourceName::PODS, 10),
         host_ports: vec![],
@@ -171,6 +172,7 @@ fn anti_affinity_of_running_pods_keeps_matching_pods_away() {
     let node = ExistingNode {
         name: "n1".into(),
         labels: Arc::new([(labels::ZONE.to_owned(), "zone-a".to_owned())].into()),
+        requirements: None,
         taints: vec![],
         available: Resources::cpu_memory(8000, 32 << 30).with(ResourceName::PODS, 10),
         host_ports: vec![],
@@ -516,6 +518,7 @@ fn node_taints_policy_honor_ignores_pods_on_untolerated_nodes() {
     let tainted = ExistingNode {
         name: "tainted".into(),
         labels: Arc::new([(labels::ZONE.to_owned(), "zone-a".to_owned())].into()),
+        requirements: None,
         taints: vec![taints::taint("dedicated", Some("infra"), "NoSchedule")],
         available: Resources::ZERO,
         host_ports: vec![],
@@ -606,6 +609,7 @@ fn zone_node(name: &str, zone: &str) -> ExistingNode {
         labels: Arc::new(
             [(labels::ZONE.to_owned(), zone.to_owned()), (labels::HOSTNAME.to_owned(), name.to_owned())].into(),
         ),
+        requirements: None,
         taints: vec![],
         available: Resources::cpu_memory(8000, 32 << 30).with(ResourceName::PODS, 10),
         host_ports: vec![],

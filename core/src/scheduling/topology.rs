@@ -88,7 +88,7 @@ impl DomainFilter {
 pub(crate) struct NodeView {
     pub(crate) name: String,
     pub(crate) labels: Arc<BTreeMap<String, String>>,
-    pub(crate) reqs: Requirements,
+    pub(crate) reqs: Arc<Requirements>,
     pub(crate) taints: Vec<Taint>,
 }
 

@@ -346,10 +346,11 @@ impl Sim {
             }
             // The claim's labels and taints: the node's own arrive with registration sync.
             let claim = claims.get(name);
-            let mut labels = node.metadata.labels.clone().unwrap_or_default();
-            if let Some(l) = claim.and_then(|c| c.metadata.labels.as_ref()) {
-                labels.extend(l.iter().map(|(k, v)| (k.clone(), v.clone())));
-            }
+            let (claim_labels, node_labels) =
+                (claim.and_then(|c| c.metadata.labels.as_ref()), node.metadata.labels.as_ref());
+            let label = |k: &str| {
+                claim_labels.and_then(|l| l.get(k)).or_else(|| node_labels.and_then(|l| l.get(k))).map(String::as_str)
+            };
             // Nor does a node being disrupted: its disrupted taint is one no DaemonSet tolerates by default,
             // and a drain that evicted a daemon must not see it come back.
             let mut taints = claim.map(|c| c.spec.taints.clone()).unwrap_or_default();
@@ -363,7 +364,7 @@ impl Sim {
             for (ds, daemon) in daemon_sets.iter().zip(&self.daemon_pods) {
                 let ds_name = ds.metadata.name.as_deref().unwrap_or_default();
                 let namespace = ds.metadata.namespace.as_deref().unwrap_or("default");
-                if api.pods.contains_key(&key(ds)) || !daemon.tolerates(&taints) || !daemon.runs_on(&labels) {
+                if api.pods.contains_key(&key(ds)) || !daemon.tolerates(&taints) || !daemon.runs_on_with(label) {
                     continue;
                 }
                 let template = ds.spec.as_ref().map(|s| s.template.clone()).unwrap_or_default();
