@@ -114,16 +114,8 @@ pub fn pool_inputs(state: &ClusterState, types_for: &dyn Fn(&NodePool) -> Vec<In
         .filter(|p| p.spec.replicas.is_none() && p.metadata.deletion_timestamp.is_none())
         .map(|pool| {
             let nodes: Vec<_> = state.pool_nodes(pool.name()).filter(|n| !n.deleting).collect();
-            let in_use = nodes.iter().fold(Resources::ZERO, |acc, n| {
-                let capacity = n
-                    .node
-                    .as_ref()
-                    .and_then(|x| x.status.as_ref())
-                    .and_then(|s| s.capacity.as_ref())
-                    .and_then(|c| Resources::from_resource_list(c).ok())
-                    .unwrap_or_else(|| n.allocatable.clone());
-                acc.add(&capacity)
-            });
+            let in_use =
+                nodes.iter().fold(Resources::ZERO, |acc, n| acc.add(n.capacity.as_ref().unwrap_or(&n.allocatable)));
             PoolInput { pool: pool.clone(), instance_types: types_for(pool), in_use, nodes_in_use: nodes.len() as u64 }
         })
         .collect()

@@ -38,6 +38,9 @@ pub struct StateNode {
     pub taints: Vec<Taint>,
     /// Allocatable resources.
     pub allocatable: Resources,
+    /// The Node's reported capacity (`status.capacity`), when it has one that parses: what counts against
+    /// its pool's limits (the allocatable otherwise).
+    pub capacity: Option<Resources>,
     /// Requests of the pods bound to it.
     pub requested: Resources,
     /// Host ports its pods bind.
@@ -273,53 +276,74 @@ impl<T> ObjectRef<T> for &Arc<T> {
 
 /// What a state build read from shared objects, reused by the next build while the object is the same
 /// allocation: an object that changes is a new `Arc` (copy-on-write), so it is read afresh. Pods keep
-/// their scheduling views and facts; Nodes and NodeClaims the labels and allocatable resources read from them. The
-/// cache holds each object it keys on, so an address cannot be reused while its entry lives; entries of
-/// objects no longer listed go on each build.
+/// their scheduling views and facts; Nodes and NodeClaims the labels (and the requirements they make) and
+/// resources read from them.
 #[derive(Debug, Default)]
 pub struct StateCache {
-    pods: FxHashMap<usize, (Arc<Pod>, Arc<PodInfo>, PodFacts)>,
-    nodes: FxHashMap<usize, (Arc<Node>, ReadFacts)>,
-    claims: FxHashMap<usize, (Arc<NodeClaim>, ReadFacts)>,
+    pods: ObjectMemo<Pod, (Arc<PodInfo>, PodFacts)>,
+    nodes: ObjectMemo<Node, ReadFacts>,
+    claims: ObjectMemo<NodeClaim, ReadFacts>,
 }
 
-/// The labels and allocatable resources read from one Node (or from a NodeClaim whose node has not
-/// registered: its labels with its requirements' single values, and what it launched or was sized for).
+/// What was read from one Node (or from a NodeClaim whose node has not registered: its labels with its
+/// requirements' single values, and what it launched or was sized for).
 #[derive(Debug, Clone)]
 struct ReadFacts {
     labels: Arc<BTreeMap<String, String>>,
     label_requirements: Arc<Requirements>,
     allocatable: Resources,
+    /// The Node's `status.capacity`, when it reports one that parses.
+    capacity: Option<Resources>,
 }
 
 impl ReadFacts {
-    fn new(labels: BTreeMap<String, String>, allocatable: Resources) -> Self {
+    fn new(labels: BTreeMap<String, String>, allocatable: Resources, capacity: Option<Resources>) -> Self {
         let label_requirements = Arc::new(Requirements::from_labels(&labels));
-        Self { labels: Arc::new(labels), label_requirements, allocatable }
+        Self { labels: Arc::new(labels), label_requirements, allocatable, capacity }
     }
 }
 
-impl StateCache {
-    fn address<T>(object: &Arc<T>) -> usize {
-        Arc::as_ptr(object) as usize
+/// Values read from shared objects, kept while the object is the same allocation (a changed object is a
+/// new `Arc`). Each round of reads ([`ObjectMemo::get`]) ends with [`ObjectMemo::end_round`], which forgets
+/// the objects the round did not read. The memo holds each object it keys on, so an address cannot be
+/// reused while its entry lives.
+#[derive(Debug)]
+pub(crate) struct ObjectMemo<T, V> {
+    entries: FxHashMap<usize, (Arc<T>, V)>,
+    seen: FxHashMap<usize, (Arc<T>, V)>,
+}
+
+impl<T, V> Default for ObjectMemo<T, V> {
+    fn default() -> Self {
+        Self { entries: FxHashMap::default(), seen: FxHashMap::default() }
+    }
+}
+
+impl<T, V: Clone> ObjectMemo<T, V> {
+    /// The value of `object`: the one read last round if it is the same allocation, else `read()`.
+    pub(crate) fn get<E>(&mut self, object: &Arc<T>, read: impl FnOnce() -> Result<V, E>) -> Result<V, E> {
+        let address = Arc::as_ptr(object) as usize;
+        let value = match self.entries.remove(&address) {
+            Some((_, value)) => value,
+            None => match self.seen.get(&address) {
+                // Listed twice in one round.
+                Some((_, value)) => value.clone(),
+                None => read()?,
+            },
+        };
+        self.seen.insert(address, (Arc::clone(object), value.clone()));
+        Ok(value)
     }
 
-    /// The facts of a shared object from `entries` (read by `read` when it is new or changed), kept in
-    /// `seen` for the next build.
-    fn facts<T>(
-        entries: &mut FxHashMap<usize, (Arc<T>, ReadFacts)>,
-        seen: &mut FxHashMap<usize, (Arc<T>, ReadFacts)>,
-        shared: Option<&Arc<T>>,
-        read: impl FnOnce() -> Result<ReadFacts, StateError>,
-    ) -> Result<ReadFacts, StateError> {
-        let Some(shared) = shared else { return read() };
-        let address = Self::address(shared);
-        let facts = match entries.remove(&address) {
-            Some((_, facts)) => facts,
-            None => read()?,
-        };
-        seen.insert(address, (Arc::clone(shared), facts.clone()));
-        Ok(facts)
+    /// Ends a round: what it did not read is forgotten.
+    pub(crate) fn end_round(&mut self) {
+        self.entries = std::mem::take(&mut self.seen);
+    }
+
+    /// How many objects the memo holds.
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.entries.len()
     }
 }
 
@@ -539,24 +563,16 @@ impl ClusterState {
     {
         let Objects { pods, nodes, claims, daemon_sets, pdbs, pools, storage, namespaces } = objects;
         let (mut state, by_name) = Self::with_nodes(nodes, claims, pdbs, pools, storage, now, cache)?;
-        let mut seen = FxHashMap::with_capacity_and_hasher(cache.pods.len(), Default::default());
+        let read = |pod: &Pod| Ok::<_, StateError>((Arc::new(PodInfo::from_pod(pod)?), PodFacts::of(pod)));
         for pod_ref in pods {
             let pod = pod_ref.object();
             let (info, facts) = match pod_ref.as_shared() {
-                Some(shared) => {
-                    let address = StateCache::address(shared);
-                    let (info, facts) = match cache.pods.remove(&address) {
-                        Some((_, info, facts)) => (info, facts),
-                        None => (Arc::new(PodInfo::from_pod(pod)?), PodFacts::of(pod)),
-                    };
-                    seen.insert(address, (Arc::clone(shared), Arc::clone(&info), facts.clone()));
-                    (info, facts)
-                }
-                None => (Arc::new(PodInfo::from_pod(pod)?), PodFacts::of(pod)),
+                Some(shared) => cache.pods.get(shared, || read(pod))?,
+                None => read(pod)?,
             };
             state.add_pod(info, &facts, Some(pod), &by_name, storage, namespaces);
         }
-        cache.pods = seen;
+        cache.pods.end_round();
         state.add_daemons(daemon_sets)?;
         Ok(state)
     }
@@ -599,22 +615,36 @@ impl ClusterState {
                 by_node.or(by_pid).map(|n| (n, i))
             })
             .collect();
-        let mut seen_nodes = FxHashMap::with_capacity_and_hasher(nodes.len(), Default::default());
         for node_ref in &nodes {
             let node = node_ref.object();
             let name = node.metadata.name.clone().unwrap_or_default();
-            let ReadFacts { labels: node_labels, label_requirements, allocatable } =
-                StateCache::facts(&mut cache.nodes, &mut seen_nodes, node_ref.as_shared(), || {
-                    let allocatable = match node.status.as_ref().and_then(|s| s.allocatable.as_ref()) {
-                        Some(list) => Resources::from_resource_list(list).map_err(|e| StateError::Object {
-                            object: format!("Node/{name}"),
-                            field: "status.allocatable".into(),
-                            message: e.to_string(),
-                        })?,
-                        None => Resources::ZERO,
-                    };
-                    Ok(ReadFacts::new(node.metadata.labels.clone().unwrap_or_default(), allocatable))
-                })?;
+            let read = || {
+                let allocatable = match node.status.as_ref().and_then(|s| s.allocatable.as_ref()) {
+                    Some(list) => Resources::from_resource_list(list).map_err(|e| StateError::Object {
+                        object: format!("Node/{name}"),
+                        field: "status.allocatable".into(),
+                        message: e.to_string(),
+                    })?,
+                    None => Resources::ZERO,
+                };
+                // What counts against the pool's limits; a capacity that does not parse counts as the
+                // allocatable.
+                let capacity = node
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.capacity.as_ref())
+                    .and_then(|c| Resources::from_resource_list(c).ok());
+                Ok::<_, StateError>(ReadFacts::new(
+                    node.metadata.labels.clone().unwrap_or_default(),
+                    allocatable,
+                    capacity,
+                ))
+            };
+            let ReadFacts { labels: node_labels, label_requirements, allocatable, capacity } =
+                match node_ref.as_shared() {
+                    Some(shared) => cache.nodes.get(shared, read)?,
+                    None => read()?,
+                };
             let pool = node_labels.get(labels::NODE_POOL).cloned();
             let claim_of_node = claim_for_node.get(name.as_str()).map(|i| claims[*i].object());
             // Until a node is initialized its extended resources (GPUs) may still read zero: plan with
@@ -664,6 +694,7 @@ impl ClusterState {
                 inferred_claim: inferred,
                 labels: node_labels,
                 label_requirements,
+                capacity,
                 taints,
                 allocatable,
                 requested: Resources::ZERO,
@@ -679,32 +710,34 @@ impl ClusterState {
         // Claims whose node has not registered yet are capacity in flight: launched ones with their
         // instance's allocatable, not-yet-launched ones with what they were sized for.
         let registered: HashSet<&str> = claim_for_node.values().map(|i| claims[*i].object().name()).collect();
-        let mut seen_claims = FxHashMap::default();
         for c_ref in &claims {
             let c = c_ref.object();
             if registered.contains(c.name()) {
                 continue;
             }
-            let ReadFacts { labels: node_labels, label_requirements, allocatable } =
-                StateCache::facts(&mut cache.claims, &mut seen_claims, c_ref.as_shared(), || {
-                    let no_status = NodeClaimStatus::default();
-                    let (field, list) = if c.provider_id().is_some() {
-                        ("status.allocatable", &c.status.as_ref().unwrap_or(&no_status).allocatable)
-                    } else {
-                        ("spec.resources.requests", &c.spec.resources.requests)
-                    };
-                    let allocatable = Resources::from_resource_list(list).map_err(|e| StateError::Object {
-                        object: format!("NodeClaim/{}", c.name()),
-                        field: field.into(),
-                        message: e.to_string(),
-                    })?;
-                    let mut node_labels: BTreeMap<String, String> = c.metadata.labels.clone().unwrap_or_default();
-                    let reqs = Requirements::from_api(&c.spec.requirements);
-                    for (k, v) in reqs.single_values() {
-                        node_labels.entry(k.to_owned()).or_insert_with(|| v.to_owned());
-                    }
-                    Ok(ReadFacts::new(node_labels, allocatable))
+            let read = || {
+                let no_status = NodeClaimStatus::default();
+                let (field, list) = if c.provider_id().is_some() {
+                    ("status.allocatable", &c.status.as_ref().unwrap_or(&no_status).allocatable)
+                } else {
+                    ("spec.resources.requests", &c.spec.resources.requests)
+                };
+                let allocatable = Resources::from_resource_list(list).map_err(|e| StateError::Object {
+                    object: format!("NodeClaim/{}", c.name()),
+                    field: field.into(),
+                    message: e.to_string(),
                 })?;
+                let mut node_labels: BTreeMap<String, String> = c.metadata.labels.clone().unwrap_or_default();
+                let reqs = Requirements::from_api(&c.spec.requirements);
+                for (k, v) in reqs.single_values() {
+                    node_labels.entry(k.to_owned()).or_insert_with(|| v.to_owned());
+                }
+                Ok::<_, StateError>(ReadFacts::new(node_labels, allocatable, None))
+            };
+            let ReadFacts { labels: node_labels, label_requirements, allocatable, capacity } = match c_ref.as_shared() {
+                Some(shared) => cache.claims.get(shared, read)?,
+                None => read()?,
+            };
             let taints = c.spec.taints.clone();
             by_name.insert(c.name().to_owned(), state.nodes.len());
             state.nodes.push(StateNode {
@@ -715,6 +748,7 @@ impl ClusterState {
                 pool: node_labels.get(labels::NODE_POOL).cloned().or_else(|| c.node_pool().map(str::to_owned)),
                 labels: node_labels,
                 label_requirements,
+                capacity,
                 taints,
                 allocatable,
                 requested: Resources::ZERO,
@@ -728,8 +762,8 @@ impl ClusterState {
                 pods: Vec::new(),
             });
         }
-        cache.nodes = seen_nodes;
-        cache.claims = seen_claims;
+        cache.nodes.end_round();
+        cache.claims.end_round();
         Ok((state, by_name))
     }
 

@@ -40,8 +40,9 @@ use crate::cluster::{ApiErrorKind, Cluster, ClusterEvent, EventType, Snapshot, n
 use crate::disruption::queue::{Controller, Event};
 use crate::lifecycle::{Lifecycle, Next, PodEvents};
 use crate::provisioning::{self, Batcher, Nominations};
+use crate::resources::Resources;
 use crate::settings::Settings;
-use crate::state::{ClusterState, StateCache};
+use crate::state::{ClusterState, ObjectMemo, StateCache};
 
 /// What the runtime measured since the operator last took it ([`Runtime::take_telemetry`]), for
 /// Karpenter's scheduler and disruption metrics. The decisions never read it.
@@ -112,6 +113,8 @@ pub struct Runtime {
     /// For each claim still booting, the pods provisioning last planned onto it.
     pub reserved: HashMap<String, Vec<String>>,
     state_cache: StateCache,
+    /// Each claim's capacity, read once per claim object (NodePool status sums them every step).
+    claim_capacity: ObjectMemo<NodeClaim, Option<Resources>>,
     /// Events recently published, so a condition that holds pass after pass is reported once a while.
     recent: RecentEvents,
     telemetry: Telemetry,
@@ -196,6 +199,7 @@ impl Runtime {
             decisions: Vec::new(),
             reserved: HashMap::new(),
             state_cache: StateCache::default(),
+            claim_capacity: ObjectMemo::default(),
             recent: RecentEvents::default(),
             telemetry: Telemetry::default(),
             static_created: HashMap::new(),
@@ -390,9 +394,9 @@ impl Runtime {
                     continue;
                 }
                 nodes += 1;
-                if let Some(capacity) =
-                    c.status.as_ref().and_then(|s| crate::resources::Resources::from_resource_list(&s.capacity).ok())
-                {
+                let read =
+                    || Ok::<_, ()>(c.status.as_ref().and_then(|s| Resources::from_resource_list(&s.capacity).ok()));
+                if let Ok(Some(capacity)) = self.claim_capacity.get(c, read) {
                     total.add_assign(&capacity);
                 }
             }
@@ -411,6 +415,7 @@ impl Runtime {
                 tracing::debug!(pool = pool.name(), error = %e, "NodePool status not written; retried next step");
             }
         }
+        self.claim_capacity.end_round();
     }
 
     /// Keeps the template hashes as Karpenter's NodePool hash controller does: each pool carries tenon's hash

@@ -25,7 +25,7 @@ use crate::disruption::queue::Event;
 use crate::runtime::{Runtime, counter_names};
 use crate::scheduling::{DaemonPod, Scheduler, SchedulerOptions};
 use crate::settings::Settings;
-use crate::state::{ClusterState, StateCache, daemon_pod};
+use crate::state::{ClusterState, ObjectMemo, StateCache, daemon_pod};
 
 /// How the simulated nodes behave.
 #[derive(Debug, Clone)]
@@ -92,6 +92,8 @@ pub struct Sim {
     daemon_pods: Vec<DaemonPod>,
     /// The kube-scheduler's scheduling views of the pods, reused while a pod is unchanged.
     state_cache: StateCache,
+    /// Each node's allocatable as its kubelet reports it, read once per node object.
+    reported: ObjectMemo<Node, Option<crate::resources::Resources>>,
     /// Claim names handed out so far (shared by every runtime, so a restart never reuses one).
     names: Arc<AtomicU64>,
     /// The unavailable-offerings cache, shared with the provider and kept across restarts.
@@ -123,6 +125,7 @@ impl Sim {
             rebooted: HashMap::new(),
             daemon_pods: Vec::new(),
             state_cache: StateCache::default(),
+            reported: ObjectMemo::default(),
             names,
             unavailable,
         }
@@ -433,23 +436,25 @@ impl Sim {
         let state = self.state();
         // kube-scheduler sees the node's actual taints (unregistered, startup, disrupted), not the ones
         // planned for.
+        let reported = &mut self.reported;
         let nodes: Vec<_> = state
             .nodes
             .iter()
-            .filter(|n| n.node.is_some() && n.ready)
-            .map(|n| {
+            .filter_map(|n| Some((n, n.node.as_ref()?)))
+            .filter(|(n, _)| n.ready)
+            .map(|(n, node)| {
                 let mut e = n.as_existing();
-                let node = n.node.as_ref();
-                e.taints = node.and_then(|x| x.spec.as_ref()).and_then(|s| s.taints.clone()).unwrap_or_default();
-                let real = node
-                    .and_then(|x| x.status.as_ref())
-                    .and_then(|s| s.allocatable.as_ref())
-                    .and_then(|a| crate::resources::Resources::from_resource_list(a).ok())
-                    .unwrap_or_else(|| n.allocatable.clone());
+                e.taints = node.spec.as_ref().and_then(|s| s.taints.clone()).unwrap_or_default();
+                let read = || {
+                    let list = node.status.as_ref().and_then(|s| s.allocatable.as_ref());
+                    Ok::<_, ()>(list.and_then(|a| crate::resources::Resources::from_resource_list(a).ok()))
+                };
+                let real = reported.get(node, read).ok().flatten().unwrap_or_else(|| n.allocatable.clone());
                 e.available = real.sub(&n.requested);
                 e
             })
             .collect();
+        reported.end_round();
         if nodes.is_empty() {
             self.unschedulable_digest = Some(digest);
             return;
