@@ -294,12 +294,44 @@ struct ReadFacts {
     allocatable: Resources,
     /// The Node's `status.capacity`, when it reports one that parses.
     capacity: Option<Resources>,
+    /// The NodePool it belongs to (its `karpenter.sh/nodepool` label).
+    pool: Option<String>,
+    /// Whether the Node carries `karpenter.sh/initialized: "true"`.
+    initialized_label: bool,
+    /// Whether the Node is Ready.
+    ready: bool,
+    /// Whether the Node is cordoned.
+    unschedulable: bool,
 }
 
 impl ReadFacts {
-    fn new(labels: BTreeMap<String, String>, allocatable: Resources, capacity: Option<Resources>) -> Self {
-        let label_requirements = Arc::new(Requirements::from_labels(&labels));
-        Self { labels: Arc::new(labels), label_requirements, allocatable, capacity }
+    /// The facts of a Node.
+    fn of_node(node: &Node, allocatable: Resources, capacity: Option<Resources>) -> Self {
+        let node_labels = node.metadata.labels.clone().unwrap_or_default();
+        Self {
+            label_requirements: Arc::new(Requirements::from_labels(&node_labels)),
+            pool: node_labels.get(labels::NODE_POOL).cloned(),
+            initialized_label: node_labels.get(labels::INITIALIZED).map(String::as_str) == Some("true"),
+            ready: node_ready(node),
+            unschedulable: node.spec.as_ref().and_then(|s| s.unschedulable).unwrap_or(false),
+            labels: Arc::new(node_labels),
+            allocatable,
+            capacity,
+        }
+    }
+
+    /// The facts of a NodeClaim whose node has not registered, with the labels it gives that node.
+    fn of_claim(claim: &NodeClaim, node_labels: BTreeMap<String, String>, allocatable: Resources) -> Self {
+        Self {
+            label_requirements: Arc::new(Requirements::from_labels(&node_labels)),
+            pool: node_labels.get(labels::NODE_POOL).cloned().or_else(|| claim.node_pool().map(str::to_owned)),
+            initialized_label: false,
+            ready: false,
+            unschedulable: false,
+            labels: Arc::new(node_labels),
+            allocatable,
+            capacity: None,
+        }
     }
 }
 
@@ -634,18 +666,21 @@ impl ClusterState {
                     .as_ref()
                     .and_then(|s| s.capacity.as_ref())
                     .and_then(|c| Resources::from_resource_list(c).ok());
-                Ok::<_, StateError>(ReadFacts::new(
-                    node.metadata.labels.clone().unwrap_or_default(),
-                    allocatable,
-                    capacity,
-                ))
+                Ok::<_, StateError>(ReadFacts::of_node(node, allocatable, capacity))
             };
-            let ReadFacts { labels: node_labels, label_requirements, allocatable, capacity } =
-                match node_ref.as_shared() {
-                    Some(shared) => cache.nodes.get(shared, read)?,
-                    None => read()?,
-                };
-            let pool = node_labels.get(labels::NODE_POOL).cloned();
+            let ReadFacts {
+                labels: node_labels,
+                label_requirements,
+                allocatable,
+                capacity,
+                pool,
+                initialized_label,
+                ready,
+                unschedulable,
+            } = match node_ref.as_shared() {
+                Some(shared) => cache.nodes.get(shared, read)?,
+                None => read()?,
+            };
             let claim_of_node = claim_for_node.get(name.as_str()).map(|i| claims[*i].object());
             // Until a node is initialized its extended resources (GPUs) may still read zero: plan with
             // what its claim launched.
@@ -667,7 +702,6 @@ impl ClusterState {
                 (None, None) => (None, false),
             };
             let node_taints = node.spec.as_ref().and_then(|s| s.taints.clone()).unwrap_or_default();
-            let initialized_label = node_labels.get(labels::INITIALIZED).map(String::as_str) == Some("true");
             // Until a node is initialized, plan with the taints its claim will leave on it, not the ones it
             // boots with (unregistered, not-ready, startup taints).
             let taints = match &claim {
@@ -681,14 +715,13 @@ impl ClusterState {
             let deleting = node.metadata.deletion_timestamp.is_some()
                 || claim.as_ref().is_some_and(|c| c.metadata.deletion_timestamp.is_some())
                 || taints.iter().any(|t| t.key == labels::DISRUPTED_TAINT);
-            let initialized = claim.as_ref().is_some_and(|c| c.is_initialized())
-                || node_labels.get(labels::INITIALIZED).map(String::as_str) == Some("true");
+            let initialized = claim.as_ref().is_some_and(|c| c.is_initialized()) || initialized_label;
             by_name.insert(name.clone(), state.nodes.len());
             let volume_limits = csi_limits(storage, &name);
             state.nodes.push(StateNode {
                 name,
-                ready: node_ready(node),
-                unschedulable: node.spec.as_ref().and_then(|s| s.unschedulable).unwrap_or(false),
+                ready,
+                unschedulable,
                 node: Some(node_ref.to_shared()),
                 claim,
                 inferred_claim: inferred,
@@ -732,12 +765,13 @@ impl ClusterState {
                 for (k, v) in reqs.single_values() {
                     node_labels.entry(k.to_owned()).or_insert_with(|| v.to_owned());
                 }
-                Ok::<_, StateError>(ReadFacts::new(node_labels, allocatable, None))
+                Ok::<_, StateError>(ReadFacts::of_claim(c, node_labels, allocatable))
             };
-            let ReadFacts { labels: node_labels, label_requirements, allocatable, capacity } = match c_ref.as_shared() {
-                Some(shared) => cache.claims.get(shared, read)?,
-                None => read()?,
-            };
+            let ReadFacts { labels: node_labels, label_requirements, allocatable, capacity, pool, .. } =
+                match c_ref.as_shared() {
+                    Some(shared) => cache.claims.get(shared, read)?,
+                    None => read()?,
+                };
             let taints = c.spec.taints.clone();
             by_name.insert(c.name().to_owned(), state.nodes.len());
             state.nodes.push(StateNode {
@@ -745,7 +779,7 @@ impl ClusterState {
                 node: None,
                 claim: Some(c_ref.to_shared()),
                 inferred_claim: false,
-                pool: node_labels.get(labels::NODE_POOL).cloned().or_else(|| c.node_pool().map(str::to_owned)),
+                pool,
                 labels: node_labels,
                 label_requirements,
                 capacity,
