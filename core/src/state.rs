@@ -3,7 +3,7 @@
 //! and read by every decision.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use rustc_hash::FxHashMap;
 
@@ -31,9 +31,9 @@ pub struct StateNode {
     pub inferred_claim: bool,
     /// The node's labels (shared with the schedulers built from this state).
     pub labels: Arc<BTreeMap<String, String>>,
-    /// The requirements its labels make ([`Requirements::from_labels`]), read once per object and shared
-    /// with the schedulers built from this state.
-    pub label_requirements: Arc<Requirements>,
+    /// The requirements its labels make, read on first use ([`StateNode::label_requirements`]) and kept
+    /// with what the state cache read of the object.
+    label_requirements: Arc<OnceLock<Arc<Requirements>>>,
     /// The node's taints.
     pub taints: Vec<Taint>,
     /// Allocatable resources.
@@ -66,6 +66,12 @@ pub struct StateNode {
 }
 
 impl StateNode {
+    /// The requirements its labels make ([`Requirements::from_labels`]), read once per object (not at all
+    /// when nothing schedules against the node) and shared with the schedulers built from this state.
+    pub fn label_requirements(&self) -> Arc<Requirements> {
+        Arc::clone(self.label_requirements.get_or_init(|| Arc::new(Requirements::from_labels(&*self.labels))))
+    }
+
     /// Allocatable minus requested.
     pub fn available(&self) -> Resources {
         self.allocatable.sub(&self.requested)
@@ -95,7 +101,7 @@ impl StateNode {
         ExistingNode {
             name: self.name.clone(),
             labels: self.labels.clone(),
-            requirements: Some(Arc::clone(&self.label_requirements)),
+            requirements: Some(self.label_requirements()),
             taints: self.taints.clone(),
             available: self.available(),
             host_ports: self.host_ports.clone(),
@@ -290,7 +296,7 @@ pub struct StateCache {
 #[derive(Debug, Clone)]
 struct ReadFacts {
     labels: Arc<BTreeMap<String, String>>,
-    label_requirements: Arc<Requirements>,
+    label_requirements: Arc<OnceLock<Arc<Requirements>>>,
     allocatable: Resources,
     /// The Node's `status.capacity`, when it reports one that parses.
     capacity: Option<Resources>,
@@ -309,7 +315,7 @@ impl ReadFacts {
     fn of_node(node: &Node, allocatable: Resources, capacity: Option<Resources>) -> Self {
         let node_labels = node.metadata.labels.clone().unwrap_or_default();
         Self {
-            label_requirements: Arc::new(Requirements::from_labels(&node_labels)),
+            label_requirements: Arc::default(),
             pool: node_labels.get(labels::NODE_POOL).cloned(),
             initialized_label: node_labels.get(labels::INITIALIZED).map(String::as_str) == Some("true"),
             ready: node_ready(node),
@@ -323,7 +329,7 @@ impl ReadFacts {
     /// The facts of a NodeClaim whose node has not registered, with the labels it gives that node.
     fn of_claim(claim: &NodeClaim, node_labels: BTreeMap<String, String>, allocatable: Resources) -> Self {
         Self {
-            label_requirements: Arc::new(Requirements::from_labels(&node_labels)),
+            label_requirements: Arc::default(),
             pool: node_labels.get(labels::NODE_POOL).cloned().or_else(|| claim.node_pool().map(str::to_owned)),
             initialized_label: false,
             ready: false,
@@ -1009,11 +1015,12 @@ mod tests {
             ClusterState::from_shared(&[], nodes, &claims, &[], &[], &[], Timestamp::UNIX_EPOCH, cache).unwrap()
         };
         let first = build(&nodes, &mut cache);
+        assert!(first.nodes.iter().all(|n| n.label_requirements.get().is_none()), "read on first use only");
         let again = build(&nodes, &mut cache);
         for (x, y) in first.nodes.iter().zip(&again.nodes) {
             assert!(Arc::ptr_eq(&x.labels, &y.labels), "{}: an unchanged object is not read again", x.name);
-            assert!(Arc::ptr_eq(&x.label_requirements, &y.label_requirements));
-            assert_eq!(*y.label_requirements, Requirements::from_labels(&*y.labels));
+            assert!(Arc::ptr_eq(&x.label_requirements(), &y.label_requirements()));
+            assert_eq!(*y.label_requirements(), Requirements::from_labels(&*y.labels));
             assert_eq!(x.allocatable, y.allocatable);
         }
         assert_eq!(again.nodes[2].label(labels::ZONE), Some("z1"), "the claim's requirement names its zone");
