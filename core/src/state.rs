@@ -359,7 +359,17 @@ impl<T, V> Default for ObjectMemo<T, V> {
 
 impl<T, V: Clone> ObjectMemo<T, V> {
     /// The value of `object`: the one read last round if it is the same allocation, else `read()`.
-    pub(crate) fn get<E>(&mut self, object: &Arc<T>, read: impl FnOnce() -> Result<V, E>) -> Result<V, E> {
+    pub(crate) fn get(&mut self, object: &Arc<T>, read: impl FnOnce() -> V) -> V {
+        match self.try_get(Some(object), || Ok::<V, std::convert::Infallible>(read())) {
+            Ok(value) => value,
+            Err(never) => match never {},
+        }
+    }
+
+    /// As [`ObjectMemo::get`], for a read that may fail (a failed read is not kept) and an object that may not
+    /// be shared at all (`None`: read, never kept).
+    pub(crate) fn try_get<E>(&mut self, object: Option<&Arc<T>>, read: impl FnOnce() -> Result<V, E>) -> Result<V, E> {
+        let Some(object) = object else { return read() };
         let address = Arc::as_ptr(object) as usize;
         let value = match self.entries.remove(&address) {
             Some((_, value)) => value,
@@ -604,10 +614,7 @@ impl ClusterState {
         let read = |pod: &Pod| Ok::<_, StateError>((Arc::new(PodInfo::from_pod(pod)?), PodFacts::of(pod)));
         for pod_ref in pods {
             let pod = pod_ref.object();
-            let (info, facts) = match pod_ref.as_shared() {
-                Some(shared) => cache.pods.get(shared, || read(pod))?,
-                None => read(pod)?,
-            };
+            let (info, facts) = cache.pods.try_get(pod_ref.as_shared(), || read(pod))?;
             state.add_pod(info, &facts, Some(pod), &by_name, storage, namespaces);
         }
         cache.pods.end_round();
@@ -683,10 +690,7 @@ impl ClusterState {
                 initialized_label,
                 ready,
                 unschedulable,
-            } = match node_ref.as_shared() {
-                Some(shared) => cache.nodes.get(shared, read)?,
-                None => read()?,
-            };
+            } = cache.nodes.try_get(node_ref.as_shared(), read)?;
             let claim_of_node = claim_for_node.get(name.as_str()).map(|i| claims[*i].object());
             // Until a node is initialized its extended resources (GPUs) may still read zero: plan with
             // what its claim launched.
@@ -774,10 +778,7 @@ impl ClusterState {
                 Ok::<_, StateError>(ReadFacts::of_claim(c, node_labels, allocatable))
             };
             let ReadFacts { labels: node_labels, label_requirements, allocatable, capacity, pool, .. } =
-                match c_ref.as_shared() {
-                    Some(shared) => cache.claims.get(shared, read)?,
-                    None => read()?,
-                };
+                cache.claims.try_get(c_ref.as_shared(), read)?;
             let taints = c.spec.taints.clone();
             by_name.insert(c.name().to_owned(), state.nodes.len());
             state.nodes.push(StateNode {

@@ -394,9 +394,8 @@ impl Runtime {
                     continue;
                 }
                 nodes += 1;
-                let read =
-                    || Ok::<_, ()>(c.status.as_ref().and_then(|s| Resources::from_resource_list(&s.capacity).ok()));
-                if let Ok(Some(capacity)) = self.claim_capacity.get(c, read) {
+                let read = || c.status.as_ref().and_then(|s| Resources::from_resource_list(&s.capacity).ok());
+                if let Some(capacity) = self.claim_capacity.get(c, read) {
                     total.add_assign(&capacity);
                 }
             }

@@ -447,9 +447,9 @@ impl Sim {
                 e.taints = node.spec.as_ref().and_then(|s| s.taints.clone()).unwrap_or_default();
                 let read = || {
                     let list = node.status.as_ref().and_then(|s| s.allocatable.as_ref());
-                    Ok::<_, ()>(list.and_then(|a| crate::resources::Resources::from_resource_list(a).ok()))
+                    list.and_then(|a| crate::resources::Resources::from_resource_list(a).ok())
                 };
-                let real = reported.get(node, read).ok().flatten().unwrap_or_else(|| n.allocatable.clone());
+                let real = reported.get(node, read).unwrap_or_else(|| n.allocatable.clone());
                 e.available = real.sub(&n.requested);
                 e
             })
