@@ -570,7 +570,7 @@ impl Scheduler {
 
         let gone: Vec<usize> = members.iter().zip(&kept).filter(|(_, k)| !**k).map(|(c, _)| *c).collect();
         let opened = updates.iter().filter(|(c, _)| c.is_none()).count() as u64;
-        let pool = &mut self.pools[p];
+        let pool = Arc::make_mut(&mut self.pools[p]);
         if let Some(r) = room {
             pool.remaining = Some(r);
         }

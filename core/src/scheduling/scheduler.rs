@@ -447,8 +447,11 @@ fn type_requirements(it: &InstanceType, all_keys: &BTreeSet<String>) -> Requirem
 /// the world per candidate.
 #[derive(Debug, Clone)]
 pub struct Scheduler {
-    pools: Vec<Pool>,
-    nodes: Vec<Node>,
+    /// Shared with the clones until a pass changes one (a claim opened against its limits).
+    pools: Vec<Arc<Pool>>,
+    /// Shared with the clones until a pass changes one (a pod placed, room taken): a consolidation
+    /// simulation copies only the few nodes its pods land on.
+    nodes: Vec<Arc<Node>>,
     claims: Vec<Claim>,
     by_load: BTreeSet<(usize, usize)>,
     /// For hostname anti-affinity and hostname spread groups: the claims that can still take a pod the
@@ -500,16 +503,16 @@ impl Scheduler {
                     offer_domain(&mut universe, r.key(), v, &taints);
                 }
             }
-            built.push(pool);
+            built.push(Arc::new(pool));
         }
-        let nodes: Vec<Node> = nodes
+        let nodes: Vec<Arc<Node>> = nodes
             .into_iter()
             .map(|mut n| {
                 if !n.labels.contains_key(labels::HOSTNAME) {
                     Arc::make_mut(&mut n.labels).insert(labels::HOSTNAME.to_owned(), n.name.clone());
                     n.requirements = None;
                 }
-                Node {
+                Arc::new(Node {
                     info: Arc::new(NodeView {
                         reqs: n.requirements.unwrap_or_else(|| Arc::new(Requirements::from_labels(&*n.labels))),
                         name: n.name,
@@ -521,7 +524,7 @@ impl Scheduler {
                     accepts_pods: n.accepts_pods,
                     volume_room: n.volume_room,
                     pods: Vec::new(),
-                }
+                })
             })
             .collect();
         let prefer_no_schedule = built.iter().any(|p| p.taints.iter().any(|t| t.effect == "PreferNoSchedule"))
@@ -568,7 +571,7 @@ impl Scheduler {
     pub fn without_nodes(&self, names: &[&str]) -> Self {
         let mut s = self.clone();
         for n in s.nodes.iter_mut().filter(|n| names.contains(&n.info.name.as_str())) {
-            n.accepts_pods = false;
+            Arc::make_mut(n).accepts_pods = false;
         }
         for name in names {
             s.topology.remove_node(name);
@@ -580,20 +583,21 @@ impl Scheduler {
     /// given to [`Scheduler::new`]), as if a pod placed elsewhere already held it.
     pub fn take_room(&mut self, index: usize, room: &Resources) {
         if let Some(n) = self.nodes.get_mut(index) {
-            n.available.sub_assign(room);
+            Arc::make_mut(n).available.sub_assign(room);
         }
     }
 
     /// Stops the named nodes from taking pods (they stay, with their pods counted).
     pub fn block_nodes(&mut self, names: &[&str]) {
         for n in self.nodes.iter_mut().filter(|n| names.contains(&n.info.name.as_str())) {
-            n.accepts_pods = false;
+            Arc::make_mut(n).accepts_pods = false;
         }
     }
 
     /// Narrows every pool to `req` (e.g. `karpenter.sh/capacity-type In [spot]` to pin replacements).
     pub fn restrict_pools(&mut self, req: Requirement) {
         for pool in &mut self.pools {
+            let pool = Arc::make_mut(pool);
             pool.reqs.add(req.clone());
             let reqs = pool.reqs.clone();
             let types = Arc::clone(&pool.types);
@@ -757,7 +761,7 @@ impl Scheduler {
         // 1. Existing nodes.
         for n in 0..self.nodes.len() {
             if self.node_fits(n, pod, cons, &groups, &inverse) {
-                let node = &mut self.nodes[n];
+                let node = Arc::make_mut(&mut self.nodes[n]);
                 node.available.sub_assign(&pod.requests);
                 node.host_ports.extend(pod.host_ports.iter().cloned());
                 VolumeRoom::attach(&mut node.volume_room, &pod.volumes);
@@ -874,7 +878,7 @@ impl Scheduler {
                         set.insert((0, c));
                     }
                     self.commit(c, pods, i, selecting, &groups, fit);
-                    let pool = &mut self.pools[p];
+                    let pool = Arc::make_mut(&mut self.pools[p]);
                     let max_cap =
                         Resources::max_of(self.claims[c].options.iter().map(|o| &pool.types[*o as usize].it.capacity));
                     if let Some(rem) = pool.remaining.as_mut() {
