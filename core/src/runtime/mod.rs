@@ -140,7 +140,17 @@ const EVENT_DEDUPE: Duration = Duration::from_secs(120);
 #[derive(Debug, Default)]
 struct RecentEvents {
     at: HashMap<(&'static str, String, &'static str), Timestamp>,
+    /// The size past which the next admission first drops what no window still covers: twice what the
+    /// last sweep kept (at least [`RECENT_EVENTS_SWEEP`]), so sweeps stay rare however many events are
+    /// live at once, and the whole costs a constant per event.
+    sweep_above: usize,
+    /// Sweeps so far.
+    #[cfg(test)]
+    sweeps: u64,
 }
+
+/// The fewest events [`RecentEvents`] holds before it sweeps.
+const RECENT_EVENTS_SWEEP: usize = 4096;
 
 impl RecentEvents {
     /// Whether an event about `object` of `kind` with `reason` goes out now; records it if so.
@@ -152,8 +162,14 @@ impl RecentEvents {
         dedupe: Duration,
         now: Timestamp,
     ) -> bool {
-        if self.at.len() > 4096 {
+        if self.at.len() > self.sweep_above.max(RECENT_EVENTS_SWEEP) {
+            // Every window is at most UNCONSOLIDATABLE_DEDUPE long: an older entry silences nothing.
             self.at.retain(|_, at| clock::since(now, *at) < UNCONSOLIDATABLE_DEDUPE);
+            self.sweep_above = 2 * self.at.len();
+            #[cfg(test)]
+            {
+                self.sweeps += 1;
+            }
         }
         let key = (kind, object.to_owned(), reason);
         if self.at.get(&key).is_some_and(|at| clock::since(now, *at) < dedupe) {
@@ -969,6 +985,30 @@ mod tests {
     use crate::clock::Clock;
     use crate::cloud::fake::FakeCloud;
     use crate::cluster::InMemoryApi;
+
+    /// Many events live at once (a fleet of thousands of nodes, each reported unconsolidatable) are swept
+    /// a few times in all, not on every admission; an event past every window is forgotten by a sweep and
+    /// goes out again, one inside its window stays silenced.
+    #[test]
+    fn recent_events_sweep_rarely_and_forget_only_what_no_window_covers() {
+        let start: Timestamp = "2026-03-04T12:00:00Z".parse().unwrap();
+        let mut recent = RecentEvents::default();
+        for i in 0..20_000 {
+            assert!(recent.admit("Node", &format!("node-{i}"), "Unconsolidatable", UNCONSOLIDATABLE_DEDUPE, start));
+        }
+        assert!(recent.sweeps <= 3, "{} sweeps for 20,000 live events", recent.sweeps);
+        assert!(!recent.admit("Node", "node-7", "Unconsolidatable", UNCONSOLIDATABLE_DEDUPE, start));
+        // Past every window: the next sweep drops the lot, and the first event admitted afterwards is new.
+        let later = clock::add(start, UNCONSOLIDATABLE_DEDUPE);
+        let swept = recent.sweeps;
+        for i in 0..40_001 {
+            assert!(recent.admit("Pod", &format!("pod-{i}"), "Nominated", EVENT_DEDUPE, later));
+        }
+        assert!(recent.sweeps > swept);
+        assert!(recent.at.len() <= 40_001 && !recent.at.keys().any(|(kind, _, _)| *kind == "Node"));
+        assert!(recent.admit("Node", "node-7", "Unconsolidatable", UNCONSOLIDATABLE_DEDUPE, later));
+        assert!(!recent.admit("Pod", "pod-3", "Nominated", EVENT_DEDUPE, later));
+    }
 
     /// Karpenter's static deprovisioning order: unlaunched claims, empty nodes, then the cheapest to
     /// disrupt, nodes with an active do-not-disrupt pod (a DaemonSet's too) last.
