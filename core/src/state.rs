@@ -343,17 +343,29 @@ impl ReadFacts {
 
 /// Values read from shared objects, kept while the object is the same allocation (a changed object is a
 /// new `Arc`). Each round of reads ([`ObjectMemo::get`]) ends with [`ObjectMemo::end_round`], which forgets
-/// the objects the round did not read. The memo holds each object it keys on, so an address cannot be
-/// reused while its entry lives.
+/// the objects the round did not read; a round that can be cut short (a failed read) begins with
+/// [`ObjectMemo::begin_round`]. The memo holds each object it keys on, so an address cannot be reused while
+/// its entry lives.
+///
+/// Rounds list mostly the same objects in the same order (a snapshot's map, walked by key), so each read is
+/// first looked for where the last round had it, one step past the previous read: a pointer comparison. Only
+/// a read that is not there (an object added, changed or listed out of order) looks the address up, in an
+/// index of the last round built on the first such read.
 #[derive(Debug)]
 pub(crate) struct ObjectMemo<T, V> {
-    entries: FxHashMap<usize, (Arc<T>, V)>,
-    seen: FxHashMap<usize, (Arc<T>, V)>,
+    /// The last finished round's objects and values, in the order it read them.
+    last: Vec<(Arc<T>, V)>,
+    /// Where in `last` the next read is expected.
+    cursor: usize,
+    /// `last` by address, once a read of this round was not where expected.
+    by_address: Option<FxHashMap<usize, usize>>,
+    /// This round's reads so far.
+    next: Vec<(Arc<T>, V)>,
 }
 
 impl<T, V> Default for ObjectMemo<T, V> {
     fn default() -> Self {
-        Self { entries: FxHashMap::default(), seen: FxHashMap::default() }
+        Self { last: Vec::new(), cursor: 0, by_address: None, next: Vec::new() }
     }
 }
 
@@ -370,28 +382,48 @@ impl<T, V: Clone> ObjectMemo<T, V> {
     /// be shared at all (`None`: read, never kept).
     pub(crate) fn try_get<E>(&mut self, object: Option<&Arc<T>>, read: impl FnOnce() -> Result<V, E>) -> Result<V, E> {
         let Some(object) = object else { return read() };
-        let address = Arc::as_ptr(object) as usize;
-        let value = match self.entries.remove(&address) {
-            Some((_, value)) => value,
-            None => match self.seen.get(&address) {
-                // Listed twice in one round.
-                Some((_, value)) => value.clone(),
-                None => read()?,
-            },
+        let value = match self.last.get(self.cursor) {
+            Some((o, value)) if Arc::ptr_eq(o, object) => {
+                self.cursor += 1;
+                value.clone()
+            }
+            _ => {
+                let last = &self.last;
+                let index = self.by_address.get_or_insert_with(|| {
+                    last.iter().enumerate().map(|(i, (o, _))| (Arc::as_ptr(o) as usize, i)).collect()
+                });
+                match index.get(&(Arc::as_ptr(object) as usize)) {
+                    Some(&i) => {
+                        self.cursor = i + 1;
+                        self.last[i].1.clone()
+                    }
+                    None => read()?,
+                }
+            }
         };
-        self.seen.insert(address, (Arc::clone(object), value.clone()));
+        self.next.push((Arc::clone(object), value.clone()));
         Ok(value)
+    }
+
+    /// Begins a round, dropping what a round cut short (by a failed read) had read: the last finished
+    /// round's values stay.
+    pub(crate) fn begin_round(&mut self) {
+        self.next.clear();
+        self.next.reserve(self.last.len());
+        self.cursor = 0;
     }
 
     /// Ends a round: what it did not read is forgotten.
     pub(crate) fn end_round(&mut self) {
-        self.entries = std::mem::take(&mut self.seen);
+        self.last = std::mem::take(&mut self.next);
+        self.cursor = 0;
+        self.by_address = None;
     }
 
     /// How many objects the memo holds.
     #[cfg(test)]
     fn len(&self) -> usize {
-        self.entries.len()
+        self.last.len()
     }
 }
 
@@ -612,6 +644,7 @@ impl ClusterState {
         let Objects { pods, nodes, claims, daemon_sets, pdbs, pools, storage, namespaces } = objects;
         let (mut state, by_name) = Self::with_nodes(nodes, claims, pdbs, pools, storage, now, cache)?;
         let read = |pod: &Pod| Ok::<_, StateError>((Arc::new(PodInfo::from_pod(pod)?), PodFacts::of(pod)));
+        cache.pods.begin_round();
         for pod_ref in pods {
             let pod = pod_ref.object();
             let (info, facts) = cache.pods.try_get(pod_ref.as_shared(), || read(pod))?;
@@ -660,6 +693,8 @@ impl ClusterState {
                 by_node.or(by_pid).map(|n| (n, i))
             })
             .collect();
+        cache.nodes.begin_round();
+        cache.claims.begin_round();
         for node_ref in &nodes {
             let node = node_ref.object();
             let name = node.metadata.name.clone().unwrap_or_default();
@@ -1039,6 +1074,48 @@ mod tests {
         nodes.push(node("bad", "lots", "z1"));
         let err = ClusterState::from_shared(&[], &nodes, &claims, &[], &[], &[], Timestamp::UNIX_EPOCH, &mut cache);
         assert!(err.is_err_and(|e| e.to_string().contains("Node/bad")));
+        // The round the failure cut short is dropped: the next keeps what the last finished round read.
+        nodes.pop();
+        let after = build(&nodes, &mut cache);
+        assert!(Arc::ptr_eq(&first.nodes[0].labels, &after.nodes[0].labels));
+        assert_eq!((cache.nodes.len(), cache.claims.len()), (1, 1));
+    }
+
+    /// One round of reads through `memo`, counting the reads it could not answer.
+    fn memo_round(memo: &mut ObjectMemo<u32, u32>, list: &[&Arc<u32>], reads: &mut usize) -> Vec<u32> {
+        memo.begin_round();
+        let out = list
+            .iter()
+            .map(|o| {
+                memo.get(o, || {
+                    *reads += 1;
+                    ***o * 10
+                })
+            })
+            .collect();
+        memo.end_round();
+        out
+    }
+
+    #[test]
+    fn the_memo_finds_objects_in_any_order_and_reads_only_new_ones() {
+        let objects: Vec<Arc<u32>> = (0..6).map(Arc::new).collect();
+        let [a, b, c, d, e, f] = [0, 1, 2, 3, 4, 5].map(|i| &objects[i]);
+        let mut memo = ObjectMemo::default();
+        let mut reads = 0;
+        assert_eq!(memo_round(&mut memo, &[a, b, c, d], &mut reads), [0, 10, 20, 30]);
+        assert_eq!(reads, 4);
+        // Same order, one gone, one new, and one listed twice; then a reversed order.
+        assert_eq!(memo_round(&mut memo, &[a, c, e, d, d], &mut reads), [0, 20, 40, 30, 30]);
+        assert_eq!(reads, 5, "only the new object is read");
+        assert_eq!(memo_round(&mut memo, &[d, e, c, a], &mut reads), [30, 40, 20, 0]);
+        assert_eq!(reads, 5);
+        // A value equal in content but another allocation is another object.
+        let a2 = Arc::new(0);
+        assert_eq!(memo_round(&mut memo, &[&a2, f], &mut reads), [0, 50]);
+        assert_eq!((reads, memo.len()), (7, 2));
+        assert_eq!(memo_round(&mut memo, &[a], &mut reads), [0]);
+        assert_eq!(reads, 8, "a forgotten object is read again");
     }
 
     #[test]

@@ -433,6 +433,9 @@ impl Sim {
         if self.unschedulable_digest == Some(digest) {
             return;
         }
+        // Let go of the objects before writing to them: a write to a map a snapshot still shares copies it
+        // whole.
+        drop(snapshot);
         let state = self.state();
         // kube-scheduler sees the node's actual taints (unregistered, startup, disrupted), not the ones
         // planned for.
