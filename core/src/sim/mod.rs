@@ -227,15 +227,23 @@ impl Sim {
 
     fn workloads(&mut self) {
         let mut api = self.api.lock();
+        // Both maps are sorted by key: one walk over the two finds the desired pods the cluster lacks, where a
+        // lookup per desired pod would compare each key with a dozen others.
+        let mut missing = Vec::new();
+        let mut present = api.pods.keys().peekable();
         for (key, pod) in &self.desired {
-            if !api.pods.contains_key(key) {
-                let mut fresh = pod.clone();
-                if let Some(spec) = fresh.spec.as_mut() {
-                    spec.node_name = None;
-                }
-                fresh.status = None;
-                api.put_pod(fresh);
+            while present.next_if(|k| *k < key).is_some() {}
+            if present.next_if(|k| *k == key).is_none() {
+                missing.push(pod);
             }
+        }
+        for pod in missing {
+            let mut fresh = pod.clone();
+            if let Some(spec) = fresh.spec.as_mut() {
+                spec.node_name = None;
+            }
+            fresh.status = None;
+            api.put_pod(fresh);
         }
     }
 
