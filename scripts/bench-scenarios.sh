@@ -8,7 +8,8 @@
 #   RUNS=3 scripts/bench-scenarios.sh gpu-fleet-large    best of three
 #   BASELINE=/path/to/tenon scripts/bench-scenarios.sh   each run back to back with another binary (a
 #                                                        previous release), which a busy machine's drift
-#                                                        cannot favour; both must decide the same
+#                                                        cannot favour; both must decide the same (the
+#                                                        script fails when they do not)
 #
 # Builds the release binary first.
 set -euo pipefail
@@ -53,6 +54,7 @@ best() {
 }
 
 printf '| scenario | binary | wall | CPU | peak memory | result |\n|---|---|---:|---:|---:|---|\n'
+differed=0
 for name in "$@"; do
   scenario="examples/scenarios/$name.yaml"
   if [ ! -f "$scenario" ]; then
@@ -74,6 +76,9 @@ for name in "$@"; do
       "$(decided "$OUT/$name.baseline.json")"
     if ! cmp -s "$OUT/$name.json" "$OUT/$name.baseline.json"; then
       echo "bench-scenarios: $name: the two binaries decided differently (see $OUT/$name.json and $OUT/$name.baseline.json)" >&2
+      differed=1
     fi
   fi
 done
+# A faster run that decides otherwise is not a speed-up: say so in the exit status too.
+exit "$differed"
