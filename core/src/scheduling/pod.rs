@@ -555,8 +555,6 @@ pub struct Constraints {
     /// The same without the preferred term: what topology weighs domains against, as Karpenter's
     /// `StrictRequirements` (a preference must not hide a domain from a spread's minimum).
     pub strict: Requirements,
-    /// Topology constraints in force.
-    pub topology: Vec<TopologyTerm>,
     /// Whether `PreferNoSchedule` taints are tolerated.
     pub tolerate_prefer_no_schedule: bool,
 }
@@ -572,13 +570,21 @@ impl Relaxation {
         if let Some((_, term)) = pod.preferred_terms.get(self.preferred_terms_dropped) {
             requirements.add_all(term);
         }
-        let mut topology = pod.topology.clone();
-        topology.extend(pod.soft_spreads.iter().skip(self.soft_spreads_dropped).cloned());
-        topology.extend(pod.preferred_affinity.iter().skip(self.preferred_affinity_dropped).map(|(_, t)| t.clone()));
-        topology.extend(
-            pod.preferred_anti_affinity.iter().skip(self.preferred_anti_affinity_dropped).map(|(_, t)| t.clone()),
-        );
-        Constraints { requirements, strict, topology, tolerate_prefer_no_schedule: self.tolerate_prefer_no_schedule }
+        Constraints { requirements, strict, tolerate_prefer_no_schedule: self.tolerate_prefer_no_schedule }
+    }
+
+    /// The topology terms of `pod` in force at this level, as positions in [`PodInfo::all_terms`], in that
+    /// order: every required term, then the spreads, preferred affinities and preferred anti-affinities not
+    /// yet relaxed.
+    pub fn terms_in_force(&self, pod: &PodInfo) -> impl Iterator<Item = usize> + use<> {
+        let required = pod.topology.len();
+        let soft = required + pod.soft_spreads.len();
+        let affinity = soft + pod.preferred_affinity.len();
+        let anti_affinity = affinity + pod.preferred_anti_affinity.len();
+        (0..required)
+            .chain(required + self.soft_spreads_dropped..soft)
+            .chain(soft + self.preferred_affinity_dropped..affinity)
+            .chain(affinity + self.preferred_anti_affinity_dropped..anti_affinity)
     }
 
     /// Relaxes one more preference, in order: an OR term of required node affinity, the heaviest preferred
@@ -679,7 +685,14 @@ mod tests {
         let c = relax.constraints(&p);
         assert_eq!(c.requirements.get(labels::ZONE).unwrap().values(), ["a"]);
         assert_eq!(c.requirements.get(labels::CAPACITY_TYPE).unwrap().values(), ["spot"], "heaviest preference first");
-        assert_eq!(c.topology.len(), 2);
+        let terms: Vec<&TopologyTerm> = p.all_terms().collect();
+        let in_force: Vec<&TopologyTerm> = relax.terms_in_force(&p).map(|i| terms[i]).collect();
+        assert_eq!(in_force, [&p.soft_spreads[0], &p.preferred_anti_affinity[0].1]);
+        let mut partly = relax;
+        partly.relax(&p, true);
+        partly.relax(&p, true);
+        let in_force: Vec<&TopologyTerm> = partly.terms_in_force(&p).map(|i| terms[i]).collect();
+        assert_eq!(in_force, [&p.soft_spreads[0]], "the anti-affinity term is relaxed before the spread");
         let steps: Vec<&str> = std::iter::from_fn(|| relax.relax(&p, true)).collect();
         assert_eq!(
             steps,
@@ -695,7 +708,7 @@ mod tests {
         let c = relax.constraints(&p);
         assert_eq!(c.requirements.get(labels::ZONE).unwrap().values(), ["b"]);
         assert!(c.requirements.get(labels::CAPACITY_TYPE).is_none());
-        assert!(c.topology.is_empty());
+        assert_eq!(relax.terms_in_force(&p).count(), 0);
         assert!(c.tolerate_prefer_no_schedule);
     }
 

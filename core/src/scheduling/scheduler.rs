@@ -662,17 +662,19 @@ impl Scheduler {
                 p.soft_spreads.clear();
             }
         }
-        // Register every constraint up front so every pod is counted by every group that selects it.
-        self.register(pods.iter().map(|p| &**p));
+        // Register every constraint up front so every pod is counted by every group that selects it. Each
+        // pod keeps the groups of its terms (in `PodInfo::all_terms` order): a term is hashed once per pass.
+        let own: Vec<Vec<usize>> =
+            pods.iter().map(|p| p.all_terms().map(|t| self.topology.group(t)).collect()).collect();
         let selecting: Vec<Vec<usize>> = pods.iter().map(|p| self.topology.selecting(p)).collect();
         // How many of the pass's pods each group concerns (carried or selecting).
         let mut weight = vec![0usize; self.topology.len()];
-        for (p, sel) in pods.iter().zip(&selecting) {
-            let mut own: Vec<usize> = p.all_terms().filter_map(|t| self.topology.id(t)).collect();
-            own.extend_from_slice(sel);
-            own.sort_unstable();
-            own.dedup();
-            for g in own {
+        for (carried, sel) in own.iter().zip(&selecting) {
+            let mut concerned = carried.clone();
+            concerned.extend_from_slice(sel);
+            concerned.sort_unstable();
+            concerned.dedup();
+            for g in concerned {
                 weight[g] += 1;
             }
         }
@@ -705,7 +707,7 @@ impl Scheduler {
             let mut failed = Vec::new();
             let before = pending.len();
             for i in pending {
-                match self.place(&pods, i, &selecting[i], &mut relax[i]) {
+                match self.place(&pods, i, &own[i], &selecting[i], &mut relax[i]) {
                     Ok(()) => {
                         errors.remove(&i);
                     }
@@ -731,13 +733,15 @@ impl Scheduler {
         &mut self,
         pods: &[Arc<PodInfo>],
         i: usize,
+        own: &[usize],
         selecting: &[usize],
         relax: &mut Relaxation,
     ) -> Result<(), String> {
         let pod = &pods[i];
         loop {
             let cons = relax.constraints(pod);
-            match self.place_with(pods, i, selecting, &cons) {
+            let groups: Vec<usize> = relax.terms_in_force(pod).map(|t| own[t]).collect();
+            match self.place_with(pods, i, selecting, &cons, &groups) {
                 Ok(()) => return Ok(()),
                 Err(e) => {
                     if relax.relax(pod, self.prefer_no_schedule).is_none() {
@@ -754,13 +758,13 @@ impl Scheduler {
         i: usize,
         selecting: &[usize],
         cons: &Constraints,
+        groups: &[usize],
     ) -> Result<(), String> {
         let pod = &pods[i];
-        let groups: Vec<usize> = cons.topology.iter().filter_map(|t| self.topology.id(t)).collect();
         let inverse = self.topology.inverse(selecting);
         // 1. Existing nodes.
         for n in 0..self.nodes.len() {
-            if self.node_fits(n, pod, cons, &groups, &inverse) {
+            if self.node_fits(n, pod, cons, groups, &inverse) {
                 let node = Arc::make_mut(&mut self.nodes[n]);
                 node.available.sub_assign(&pod.requests);
                 node.host_ports.extend(pod.host_ports.iter().cloned());
@@ -769,7 +773,7 @@ impl Scheduler {
                 let info = &node.info;
                 self.topology.record(
                     selecting,
-                    &groups,
+                    groups,
                     &info.taints,
                     &info.reqs,
                     &|k| info.labels.get(k).cloned().map(Landed::Named),
@@ -824,7 +828,7 @@ impl Scheduler {
             {
                 continue;
             }
-            let Ok(fit) = self.try_claim(claim, c, pod, cons, &groups, &inverse, false) else { continue };
+            let Ok(fit) = self.try_claim(claim, c, pod, cons, groups, &inverse, false) else { continue };
             let pool = &self.pools[self.claims[c].pool];
             if pool.packing == Packing::MarginalCost {
                 let after = self.price_of(
@@ -845,13 +849,13 @@ impl Scheduler {
             break;
         }
         if let Some((c, fit)) = first_fit {
-            self.commit(c, pods, i, selecting, &groups, fit);
+            self.commit(c, pods, i, selecting, groups, fit);
             return Ok(());
         }
         // 3. A new claim, from the heaviest pool that can take the pod.
         let mut reasons = Vec::new();
         for p in 0..self.pools.len() {
-            match self.new_claim(p, pod, cons, &groups, &inverse) {
+            match self.new_claim(p, pod, cons, groups, &inverse) {
                 Ok((claim, fit)) => {
                     if let Some((delta, c, _)) = &best_marginal {
                         let open_price = self.price_of(
@@ -863,7 +867,7 @@ impl Scheduler {
                         if open_price.is_none_or(|open| *delta <= open) {
                             let c = *c;
                             let Some((_, _, fit)) = best_marginal.take() else { unreachable!("checked above") };
-                            self.commit(c, pods, i, selecting, &groups, fit);
+                            self.commit(c, pods, i, selecting, groups, fit);
                             return Ok(());
                         }
                     }
@@ -877,7 +881,7 @@ impl Scheduler {
                     for set in self.free.values_mut() {
                         set.insert((0, c));
                     }
-                    self.commit(c, pods, i, selecting, &groups, fit);
+                    self.commit(c, pods, i, selecting, groups, fit);
                     let pool = Arc::make_mut(&mut self.pools[p]);
                     let max_cap =
                         Resources::max_of(self.claims[c].options.iter().map(|o| &pool.types[*o as usize].it.capacity));
@@ -893,7 +897,7 @@ impl Scheduler {
             }
         }
         if let Some((_, c, fit)) = best_marginal {
-            self.commit(c, pods, i, selecting, &groups, fit);
+            self.commit(c, pods, i, selecting, groups, fit);
             return Ok(());
         }
         if reasons.is_empty() {

@@ -424,11 +424,6 @@ impl Topology {
         gid
     }
 
-    /// The group id of a term already registered.
-    pub(crate) fn id(&self, term: &TopologyTerm) -> Option<usize> {
-        self.index.get(term).copied()
-    }
-
     /// Groups whose selector matches `pod` (their counts grow when it lands), ascending.
     pub(crate) fn selecting(&self, pod: &PodInfo) -> Vec<usize> {
         self.selectors.candidates(&pod.labels).iter().copied().filter(|&g| self.groups[g].selects(pod)).collect()
