@@ -351,16 +351,28 @@ impl ReadFacts {
 /// first looked for where the last round had it, one step past the previous read: a pointer comparison. Only
 /// a read that is not there (an object added, changed or listed out of order) looks the address up, in an
 /// index of the last round built on the first such read.
+///
+/// An entry found is moved from the last round into this one, not copied: a round over objects that did
+/// not change touches neither their reference counts nor their memory, only the memo's own.
 #[derive(Debug)]
 pub(crate) struct ObjectMemo<T, V> {
     /// The last finished round's objects and values, in the order it read them.
-    last: Vec<(Arc<T>, V)>,
+    last: Vec<Slot<T, V>>,
     /// Where in `last` the next read is expected.
     cursor: usize,
     /// `last` by address, once a read of this round was not where expected.
     by_address: Option<FxHashMap<usize, usize>>,
-    /// This round's reads so far.
-    next: Vec<(Arc<T>, V)>,
+    /// This round's reads so far (all [`Slot::Kept`]).
+    next: Vec<Slot<T, V>>,
+}
+
+/// An entry of an [`ObjectMemo`] round.
+#[derive(Debug)]
+enum Slot<T, V> {
+    /// An object and its value.
+    Kept(Arc<T>, V),
+    /// Taken over by the round under way, at this index of its reads.
+    Moved(usize),
 }
 
 impl<T, V> Default for ObjectMemo<T, V> {
@@ -382,33 +394,54 @@ impl<T, V: Clone> ObjectMemo<T, V> {
     /// be shared at all (`None`: read, never kept).
     pub(crate) fn try_get<E>(&mut self, object: Option<&Arc<T>>, read: impl FnOnce() -> Result<V, E>) -> Result<V, E> {
         let Some(object) = object else { return read() };
-        let value = match self.last.get(self.cursor) {
-            Some((o, value)) if Arc::ptr_eq(o, object) => {
-                self.cursor += 1;
-                value.clone()
-            }
+        let at = match self.last.get(self.cursor) {
+            Some(Slot::Kept(o, _)) if Arc::ptr_eq(o, object) => Some(self.cursor),
             _ => {
-                let last = &self.last;
+                let (last, next) = (&self.last, &self.next);
                 let index = self.by_address.get_or_insert_with(|| {
-                    last.iter().enumerate().map(|(i, (o, _))| (Arc::as_ptr(o) as usize, i)).collect()
+                    // An entry taken over is found where it went.
+                    let address = |slot: &Slot<T, V>| match slot {
+                        Slot::Kept(o, _) => Some(Arc::as_ptr(o) as usize),
+                        Slot::Moved(j) => match &next[*j] {
+                            Slot::Kept(o, _) => Some(Arc::as_ptr(o) as usize),
+                            Slot::Moved(_) => None,
+                        },
+                    };
+                    last.iter().enumerate().filter_map(|(i, slot)| Some((address(slot)?, i))).collect()
                 });
-                match index.get(&(Arc::as_ptr(object) as usize)) {
-                    Some(&i) => {
-                        self.cursor = i + 1;
-                        self.last[i].1.clone()
-                    }
-                    None => read()?,
-                }
+                index.get(&(Arc::as_ptr(object) as usize)).copied()
             }
         };
-        self.next.push((Arc::clone(object), value.clone()));
+        let (o, value) = match at {
+            Some(i) => {
+                self.cursor = i + 1;
+                match std::mem::replace(&mut self.last[i], Slot::Moved(self.next.len())) {
+                    Slot::Kept(o, value) => (o, value),
+                    // Listed again in this round: the value it was given a moment ago.
+                    Slot::Moved(j) => {
+                        self.last[i] = Slot::Moved(j);
+                        match &self.next[j] {
+                            Slot::Kept(o, value) => (Arc::clone(o), value.clone()),
+                            Slot::Moved(_) => (Arc::clone(object), read()?),
+                        }
+                    }
+                }
+            }
+            None => (Arc::clone(object), read()?),
+        };
+        self.next.push(Slot::Kept(o, value.clone()));
         Ok(value)
     }
 
     /// Begins a round, dropping what a round cut short (by a failed read) had read: the last finished
     /// round's values stay.
     pub(crate) fn begin_round(&mut self) {
-        self.next.clear();
+        if !self.next.is_empty() {
+            // A round cut short gives back the entries it took over, after those it did not reach.
+            self.last.retain(|slot| matches!(slot, Slot::Kept(..)));
+            self.last.append(&mut self.next);
+            self.by_address = None;
+        }
         self.next.reserve(self.last.len());
         self.cursor = 0;
     }
@@ -1116,6 +1149,15 @@ mod tests {
         assert_eq!((reads, memo.len()), (7, 2));
         assert_eq!(memo_round(&mut memo, &[a], &mut reads), [0]);
         assert_eq!(reads, 8, "a forgotten object is read again");
+        // A round cut short by a failed read gives back what it had taken over: the next round reads
+        // nothing it already knew.
+        assert_eq!(memo_round(&mut memo, &[a, b, c], &mut reads), [0, 10, 20]);
+        assert_eq!(reads, 10);
+        memo.begin_round();
+        assert_eq!(memo.try_get(Some(b), || Err::<u32, ()>(())), Ok(10));
+        assert_eq!(memo.try_get(Some(d), || Err::<u32, ()>(())), Err(()));
+        assert_eq!(memo_round(&mut memo, &[c, b, a], &mut reads), [20, 10, 0]);
+        assert_eq!((reads, memo.len()), (10, 3));
     }
 
     #[test]
