@@ -39,7 +39,7 @@ impl DaemonPod {
     /// Whether some alternative of the daemon could match a node described by `node` (keys the node side
     /// leaves undefined count as a match).
     pub fn might_match(&self, node: &Requirements) -> bool {
-        self.alternatives.iter().any(|alt| node.intersects(alt).is_ok())
+        self.alternatives.iter().any(|alt| node.is_intersecting(alt))
     }
 
     /// Whether the daemon runs on a registered node with exactly these `labels` (a key the node lacks

@@ -422,32 +422,57 @@ impl Requirements {
         incoming: &Self,
         may_be_undefined: impl Fn(&str) -> bool,
     ) -> Result<(), Incompatible> {
-        for r in &incoming.0 {
-            match self.get(&r.key) {
-                None => {
-                    let excludes_only = matches!(r.operator(), Operator::NotIn | Operator::DoesNotExist);
-                    if !(excludes_only || may_be_undefined(&r.key)) {
-                        return Err(Incompatible {
-                            key: r.key.clone(),
-                            reason: format!("label {:?} does not exist (requires {r})", r.key),
-                        });
-                    }
-                }
-                Some(mine) => {
-                    if !(mine.intersects(r) || mine.allows_absence() && r.allows_absence()) {
-                        return Err(Incompatible {
-                            key: r.key.clone(),
-                            reason: format!("requires {r}, but the node offers {mine}"),
-                        });
-                    }
-                }
+        match self.first_incompatible(incoming, may_be_undefined) {
+            None => Ok(()),
+            Some((r, None)) => Err(Incompatible {
+                key: r.key.clone(),
+                reason: format!("label {:?} does not exist (requires {r})", r.key),
+            }),
+            Some((r, Some(mine))) => {
+                Err(Incompatible { key: r.key.clone(), reason: format!("requires {r}, but the node offers {mine}") })
             }
         }
-        Ok(())
+    }
+
+    /// As [`Requirements::compatible`], without saying why not: for the many checks whose failures nobody
+    /// reads, which then allocate nothing.
+    pub fn is_compatible(&self, incoming: &Self, allow_undefined_well_known: bool) -> bool {
+        self.first_incompatible(incoming, |key| allow_undefined_well_known && labels::is_well_known(key)).is_none()
+    }
+
+    /// The first requirement of `incoming` a node described by `self` cannot satisfy, with `self`'s
+    /// requirement on its key (`None`: `self` leaves the key undefined).
+    fn first_incompatible<'a>(
+        &'a self,
+        incoming: &'a Self,
+        may_be_undefined: impl Fn(&str) -> bool,
+    ) -> Option<(&'a Requirement, Option<&'a Requirement>)> {
+        incoming.0.iter().find_map(|r| match self.get(&r.key) {
+            None => {
+                let excludes_only = matches!(r.operator(), Operator::NotIn | Operator::DoesNotExist);
+                (!(excludes_only || may_be_undefined(&r.key))).then_some((r, None))
+            }
+            Some(mine) => {
+                (!(mine.intersects(r) || mine.allows_absence() && r.allows_absence())).then_some((r, Some(mine)))
+            }
+        })
     }
 
     /// Whether every key both define intersects (keys only one side defines are ignored).
     pub fn intersects(&self, other: &Self) -> Result<(), Incompatible> {
+        match self.first_disjoint(other) {
+            None => Ok(()),
+            Some((a, b)) => Err(Incompatible { key: a.key.clone(), reason: format!("requires {b}, but offers {a}") }),
+        }
+    }
+
+    /// As [`Requirements::intersects`], without saying why not (nothing is allocated).
+    pub fn is_intersecting(&self, other: &Self) -> bool {
+        self.first_disjoint(other).is_none()
+    }
+
+    /// The first key both define on which `self`'s requirement and `other`'s do not intersect.
+    fn first_disjoint<'a>(&'a self, other: &'a Self) -> Option<(&'a Requirement, &'a Requirement)> {
         let (mut i, mut j) = (0, 0);
         while i < self.0.len() && j < other.0.len() {
             let (a, b) = (&self.0[i], &other.0[j]);
@@ -456,17 +481,14 @@ impl Requirements {
                 Ordering::Greater => j += 1,
                 Ordering::Equal => {
                     if !(a.intersects(b) || a.allows_absence() && b.allows_absence()) {
-                        return Err(Incompatible {
-                            key: a.key.clone(),
-                            reason: format!("requires {b}, but offers {a}"),
-                        });
+                        return Some((a, b));
                     }
                     i += 1;
                     j += 1;
                 }
             }
         }
-        Ok(())
+        None
     }
 
     /// The labels these requirements pin to a single value.
@@ -577,6 +599,30 @@ mod tests {
         // Both sides agreeing the label is absent is compatible.
         let node_absent: Requirements = [Requirement::does_not_exist("x")].into_iter().collect();
         assert!(node_absent.compatible(&[Requirement::not_in("x", ["a"])].into_iter().collect(), false).is_ok());
+        // The checks that say nothing of why agree with those that do, and the reasons name both sides.
+        let incoming = [&zone_a, &zone_c, &arch, &custom, &not_custom, &absent];
+        for (side, other) in [&node, &node_absent].into_iter().flat_map(|n| incoming.map(|i| (n, i))) {
+            for allow in [false, true] {
+                assert_eq!(
+                    side.is_compatible(other, allow),
+                    side.compatible(other, allow).is_ok(),
+                    "{side:?} {other:?}"
+                );
+            }
+            assert_eq!(side.is_intersecting(other), side.intersects(other).is_ok(), "{side:?} {other:?}");
+        }
+        assert_eq!(
+            node.compatible(&zone_c, true).unwrap_err().reason,
+            format!("requires {}, but the node offers {}", zone_c.0[0], node.0[0])
+        );
+        assert_eq!(
+            node.intersects(&zone_c).unwrap_err().reason,
+            format!("requires {}, but offers {}", zone_c.0[0], node.0[0])
+        );
+        assert_eq!(
+            node.compatible(&arch, false).unwrap_err().reason,
+            format!("label {:?} does not exist (requires {})", labels::ARCH, arch.0[0])
+        );
     }
 
     #[test]

@@ -607,7 +607,7 @@ impl Scheduler {
                 .copied()
                 .filter(|o| {
                     let te = &types[*o as usize];
-                    te.reqs.intersects(&reqs).is_ok() && te.it.offerings.iter().any(|of| offering_ok(of, &reqs))
+                    te.reqs.is_intersecting(&reqs) && te.it.offerings.iter().any(|of| offering_ok(of, &reqs))
                 })
                 .collect();
             pool.base = Arc::new(base);
@@ -925,7 +925,7 @@ impl Scheduler {
         if taints::untolerated(&node.info.taints, &pod.tolerations, cons.tolerate_prefer_no_schedule).is_some() {
             return false;
         }
-        if node.info.reqs.compatible(&cons.requirements, false).is_err() {
+        if !node.info.reqs.is_compatible(&cons.requirements, false) {
             return false;
         }
         if pod.host_ports.iter().any(|p| node.host_ports.iter().any(|q| p.conflicts(q))) {
@@ -1024,7 +1024,7 @@ impl Scheduler {
             .filter(|o| {
                 let te = &pool.types[*o as usize];
                 total.fits(&te.avail)
-                    && reqs.as_ref().is_none_or(|r| te.reqs.intersects(r).is_ok())
+                    && reqs.as_ref().is_none_or(|r| te.reqs.is_intersecting(r))
                     && filter.cheapest(&te.it).is_some()
             })
             .collect();
@@ -1057,7 +1057,7 @@ impl Scheduler {
         let compatible: Vec<&TypeEntry> = options
             .iter()
             .map(|o| &pool.types[*o as usize])
-            .filter(|te| te.reqs.intersects(reqs).is_ok() && te.it.offerings.iter().any(|of| offering_ok(of, reqs)))
+            .filter(|te| te.reqs.is_intersecting(reqs) && te.it.offerings.iter().any(|of| offering_ok(of, reqs)))
             .collect();
         if compatible.is_empty() {
             return format!("no instance type with an available offering satisfies {reqs}");
@@ -1342,7 +1342,7 @@ pub fn template_requirements(np: &NodePool) -> Requirements {
 /// Whether a type described by `treqs` ([`type_requirements`]) can be a node meeting `reqs`, with an
 /// offering they allow.
 fn type_usable(it: &InstanceType, treqs: &Requirements, reqs: &Requirements) -> bool {
-    reqs.intersects(treqs).is_ok() && it.offerings.iter().any(|o| offering_ok(o, reqs))
+    reqs.is_intersecting(treqs) && it.offerings.iter().any(|o| offering_ok(o, reqs))
 }
 
 /// The instance types of `types` a node meeting `reqs` can be, in their order: as a pool's types are
@@ -1373,7 +1373,7 @@ fn build_pool(input: PoolInput, daemons: &[DaemonPod]) -> Pool {
         .iter()
         .filter(|d| {
             d.tolerates(&taints)
-                && d.alternatives.iter().any(|a| reqs.compatible(a, true).is_ok() || reqs.intersects(a).is_ok())
+                && d.alternatives.iter().any(|a| reqs.is_compatible(a, true) || reqs.is_intersecting(a))
         })
         .collect();
     let all_keys = label_keys(input.instance_types.iter());
