@@ -51,7 +51,7 @@ impl Group {
     /// requirement alternatives under `nodeAffinityPolicy: Honor`.
     fn counts_node(&self, taints: &[Taint], reqs: &Requirements) -> bool {
         self.tolerations.as_ref().is_none_or(|t| taints::untolerated(taints, t, true).is_none())
-            && self.term.node_filter.as_ref().is_none_or(|alts| alts.iter().any(|r| reqs.compatible(r, false).is_ok()))
+            && self.term.node_filter.as_ref().is_none_or(|alts| alts.iter().any(|r| reqs.is_compatible(r, false)))
     }
 
     fn count(&self, domain: &str) -> i32 {
@@ -202,6 +202,10 @@ impl GroupIndex {
     /// that do. Most pods reach one list of the index (their app's label) and no unanchored group: that
     /// list is lent as it is (each list is ascending, its groups inserted in order), with nothing allocated.
     fn candidates(&self, labels: &BTreeMap<String, String>) -> Cow<'_, [usize]> {
+        if self.by_label.is_empty() && self.unanchored.is_empty() {
+            // No group yet: nothing to read of the pod (building a pass registers its bound pods first).
+            return Cow::Borrowed(&[]);
+        }
         let mut lists = labels.iter().filter_map(|(k, v)| self.by_label.get(k).and_then(|values| values.get(v)));
         if self.unanchored.is_empty() {
             let Some(first) = lists.next() else { return Cow::Borrowed(&[]) };
