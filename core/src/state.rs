@@ -2,10 +2,10 @@
 //! per-node available resources. Built from Kubernetes objects (a watch, a simulator, or a snapshot file)
 //! and read by every decision.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::BTreeMap;
 use std::sync::{Arc, OnceLock};
 
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxHashMap, FxHashSet};
 
 use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::DaemonSet;
@@ -710,13 +710,13 @@ impl ClusterState {
         let nodes: Vec<N> = nodes.into_iter().collect();
         let claims: Vec<C> = claims.into_iter().collect();
         let mut by_name: FxHashMap<String, usize> = FxHashMap::default();
-        let node_by_pid: HashMap<&str, &str> = nodes
+        let node_by_pid: FxHashMap<&str, &str> = nodes
             .iter()
             .map(ObjectRef::object)
             .filter_map(|n| Some((crate::cluster::node_provider_id(n)?, n.metadata.name.as_deref()?)))
             .collect();
         // Node name → index into `claims`.
-        let claim_for_node: HashMap<&str, usize> = claims
+        let claim_for_node: FxHashMap<&str, usize> = claims
             .iter()
             .map(ObjectRef::object)
             .enumerate()
@@ -820,7 +820,7 @@ impl ClusterState {
         }
         // Claims whose node has not registered yet are capacity in flight: launched ones with their
         // instance's allocatable, not-yet-launched ones with what they were sized for.
-        let registered: HashSet<&str> = claim_for_node.values().map(|i| claims[*i].object().name()).collect();
+        let registered: FxHashSet<&str> = claim_for_node.values().map(|i| claims[*i].object().name()).collect();
         for c_ref in &claims {
             let c = c_ref.object();
             if registered.contains(c.name()) {
