@@ -11,7 +11,7 @@ use super::daemon::{DaemonPod, daemon_overhead};
 use super::pod::{Constraints, HostPort, PodInfo, Relaxation, TopologyKind};
 use super::requirements::{Requirement, Requirements};
 use super::taints;
-use super::topology::{Domain, DomainFilter, Landed, NodeView, PoolDomains, Topology, offer_domain};
+use super::topology::{Domain, DomainFilter, Landed, NodeFitMemo, NodeView, PoolDomains, Topology, offer_domain};
 use crate::api::{NodePool, labels};
 use crate::cloud::{CapacityType, InstanceType, Offering};
 use crate::resources::{ResourceName, Resources, format_quantity};
@@ -763,8 +763,9 @@ impl Scheduler {
         let pod = &pods[i];
         let inverse = self.topology.inverse(selecting);
         // 1. Existing nodes.
+        let memo = NodeFitMemo::new(groups);
         for n in 0..self.nodes.len() {
-            if self.node_fits(n, pod, cons, groups, &inverse) {
+            if self.node_fits(n, pod, cons, groups, &inverse, &memo) {
                 let node = Arc::make_mut(&mut self.nodes[n]);
                 node.available.sub_assign(&pod.requests);
                 node.host_ports.extend(pod.host_ports.iter().cloned());
@@ -917,7 +918,15 @@ impl Scheduler {
 
     /// Whether `pod` fits existing node `n` under `cons`. Most nodes are turned down for resources, so
     /// the cheap checks come first and nothing is allocated to say why (no caller reads it).
-    fn node_fits(&self, n: usize, pod: &PodInfo, cons: &Constraints, groups: &[usize], inverse: &[usize]) -> bool {
+    fn node_fits(
+        &self,
+        n: usize,
+        pod: &PodInfo,
+        cons: &Constraints,
+        groups: &[usize],
+        inverse: &[usize],
+        memo: &NodeFitMemo,
+    ) -> bool {
         let node = &self.nodes[n];
         if !node.accepts_pods || !pod.requests.fits(&node.available) {
             return false;
@@ -935,15 +944,7 @@ impl Scheduler {
         if !pod.volumes.is_empty() && !VolumeRoom::admit(&node.volume_room, &pod.volumes) {
             return false;
         }
-        if !groups.is_empty() || !inverse.is_empty() {
-            let labels_of = &node.info.labels;
-            let domain = |k: &str| match labels_of.get(k) {
-                Some(v) => Domain::Fixed(v.as_str()),
-                None => Domain::Missing,
-            };
-            return self.topology.check(pod, &cons.strict, groups, inverse, &domain).is_ok();
-        }
-        true
+        self.topology.fits_node(pod, &cons.strict, groups, inverse, &node.info.labels, memo)
     }
 
     #[allow(clippy::too_many_arguments)]

@@ -684,3 +684,38 @@ fn pod_anti_affinity_honours_an_empty_namespace_selector() {
     assert!(run(Some(json!({}))).existing.is_empty(), "the db pod of namespace other counts");
     assert_eq!(run(None).existing.len(), 1, "only namespace default counts");
 }
+
+/// Existing nodes are weighed against a pod's topology by their own domains: a node without the key is
+/// in none, required affinity goes where its pods run, and a spread counts what each zone already holds.
+#[test]
+fn existing_nodes_are_judged_by_their_domains() {
+    let mut unlabelled = zone_node("n-none", "zone-a");
+    unlabelled.labels = Arc::new([(labels::HOSTNAME.to_owned(), "n-none".to_owned())].into());
+    let nodes = || vec![unlabelled.clone(), zone_node("n-a", "zone-a"), zone_node("n-b", "zone-b")];
+    let solve_on = |bound: Vec<(Arc<PodInfo>, String)>, pod: PodInfo| {
+        Scheduler::new(
+            vec![input(NodePool::new("default", NodePoolSpec::default()), sized_catalog(4))],
+            nodes(),
+            bound,
+            &[],
+            SchedulerOptions::default(),
+        )
+        .solve(vec![pod])
+    };
+    let landed = |r: &Results| r.existing.iter().map(|p| p.node.clone()).collect::<Vec<_>>();
+    let db = || Arc::new(pod_with("db", "1", json!({}), json!({"app": "db"})));
+    let affine = json!({"affinity": {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"topologyKey": "topology.kubernetes.io/zone", "labelSelector": {"matchLabels": {"app": "db"}}}]}}});
+    let r = solve_on(vec![(db(), "n-b".into())], pod_with("api", "1", affine, json!({"app": "api"})));
+    assert_eq!(landed(&r), ["n-b"], "the first nodes hold no db pod in their zone, or have no zone");
+    let spread = json!({"topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone",
+        "whenUnsatisfiable": "DoNotSchedule", "labelSelector": {"matchLabels": {"app": "web"}}}]});
+    let web = |name: &str| Arc::new(pod_with(name, "1", spread.clone(), json!({"app": "web"})));
+    let r = solve_on(vec![(web("web-0"), "n-a".into())], pod_with("web-1", "1", spread.clone(), json!({"app": "web"})));
+    assert_eq!(landed(&r), ["n-b"], "zone-a is one ahead of zone-b");
+    let bound = vec![(web("web-0"), "n-a".into()), (web("web-1"), "n-b".into())];
+    let r = solve_on(bound, pod_with("web-2", "1", spread.clone(), json!({"app": "web"})));
+    assert!(landed(&r).is_empty(), "the pool's zones with no web pod yet set the minimum at zero");
+    let zone = r.claims[0].requirements.get(labels::ZONE).unwrap();
+    assert!(!zone.has("zone-a") && !zone.has("zone-b"), "{zone:?}");
+}

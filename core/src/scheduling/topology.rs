@@ -2,6 +2,7 @@
 //! the same constraint.
 
 use std::borrow::Cow;
+use std::cell::OnceCell;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use rustc_hash::{FxHashMap, FxHashSet};
@@ -138,17 +139,14 @@ pub(crate) enum Landed {
 /// A claim's requirement on a topology key, for recording a pod whose domain is not known yet.
 pub(crate) type OpenDomains<'f, 'r> = &'f dyn Fn(&str) -> Option<&'r Requirement>;
 
-/// The domains of a placement target for one topology key.
+/// The domains of a claim of this pass for one topology key (an existing node's are fixed: see
+/// [`Topology::fits_node`]).
 #[derive(Debug)]
 pub(crate) enum Domain<'a> {
-    /// A concrete value (an existing node's label).
-    Fixed(&'a str),
-    /// The hostname of a claim opened in this pass, by index.
+    /// Its hostname, by the claim's index.
     Claim(usize),
-    /// A claim still open to several values.
+    /// The values its requirement on the key still allows.
     Open(Option<&'a Requirement>),
-    /// The target does not have the key at all.
-    Missing,
 }
 
 /// Entries (groups, or bound pods) by the label pairs they are reached through: each pod is matched only
@@ -248,6 +246,20 @@ pub(crate) struct Topology {
     bound_by_label: Arc<LabelIndex>,
     /// Nodes removed from this simulation: their pods no longer count.
     removed: FxHashSet<String>,
+}
+
+/// What [`Topology::fits_node`] works out once per placement rather than once per node tried, per group
+/// of the placement (in its order), on first need.
+pub(crate) struct NodeFitMemo {
+    spread_min: Vec<OnceCell<i32>>,
+    selects: Vec<OnceCell<bool>>,
+}
+
+impl NodeFitMemo {
+    /// An empty memo for a placement under `groups`.
+    pub(crate) fn new(groups: &[usize]) -> Self {
+        Self { spread_min: vec![OnceCell::new(); groups.len()], selects: vec![OnceCell::new(); groups.len()] }
+    }
 }
 
 impl Topology {
@@ -447,7 +459,7 @@ impl Topology {
     }
 
     /// Checks `pod`'s constraints (`groups`) and the inverse anti-affinity constraints (`inverse`) against a
-    /// target, returning the requirements the target must narrow to, or why it cannot take the pod.
+    /// claim of this pass, returning the requirements the target must narrow to, or why it cannot take the pod.
     pub(crate) fn check<'a>(
         &self,
         pod: &PodInfo,
@@ -469,8 +481,6 @@ impl Topology {
             let own =
                 |req: &Requirement| narrowed.iter().find(|r| r.key() == key).map_or(req.clone(), |n| n.intersect(req));
             let candidates: Vec<String> = match domain_of(key) {
-                Domain::Fixed(d) => vec![d.to_owned()],
-                Domain::Missing => return Err(describe(&g.term, "the node has no such label")),
                 Domain::Claim(_) => Vec::new(),
                 Domain::Open(r) => {
                     let mut c: Vec<String> = match r {
@@ -483,7 +493,6 @@ impl Topology {
                     c
                 }
             };
-            let fixed = matches!(domain_of(key), Domain::Fixed(_) | Domain::Claim(_));
             let allowed: Vec<String> = match g.term.kind {
                 TopologyKind::Spread => {
                     let self_count = i32::from(g.selects(pod));
@@ -512,7 +521,7 @@ impl Topology {
             if allowed.is_empty() {
                 return Err(describe(&g.term, "no domain satisfies it"));
             }
-            if !fixed && key != labels::HOSTNAME {
+            if key != labels::HOSTNAME {
                 let req = own(&Requirement::is_in(key, allowed));
                 narrowed.retain(|r| r.key() != key);
                 narrowed.push(req);
@@ -525,9 +534,6 @@ impl Topology {
             match domain_of(key) {
                 Domain::Claim(c) if g.claim_owners.get(c).copied().unwrap_or(0) > 0 => {
                     return Err(format!("a pod's anti-affinity on {key} keeps this pod off the node"));
-                }
-                Domain::Fixed(d) if blocked.iter().any(|b| *b == d) => {
-                    return Err(format!("a running pod's anti-affinity on {key} keeps this pod out of {d}"));
                 }
                 Domain::Open(r) if !blocked.is_empty() => {
                     let avoid = Requirement::not_in(key, blocked.into_iter().cloned());
@@ -546,6 +552,42 @@ impl Topology {
             }
         }
         Ok(narrowed)
+    }
+
+    /// Whether the groups let `pod` onto an existing node labelled `node_labels`: what
+    /// [`Topology::check`] answers for a node's fixed domains, without saying why not. `memo` keeps, across
+    /// the nodes one placement tries, what does not depend on the node (each spread's minimum, whether a
+    /// group selects the pod); it must be [`NodeFitMemo::new`] for `groups` and not outlive a change to the
+    /// counts.
+    pub(crate) fn fits_node(
+        &self,
+        pod: &PodInfo,
+        pod_reqs: &Requirements,
+        groups: &[usize],
+        inverse: &[usize],
+        node_labels: &BTreeMap<String, String>,
+        memo: &NodeFitMemo,
+    ) -> bool {
+        for (i, &gid) in groups.iter().enumerate() {
+            let g = &self.groups[gid];
+            let Some(d) = node_labels.get(&g.term.key) else { return false };
+            let selects = || *memo.selects[i].get_or_init(|| g.selects(pod));
+            let fits = match g.term.kind {
+                TopologyKind::Spread => {
+                    let min = *memo.spread_min[i].get_or_init(|| self.spread_min(g, pod_reqs));
+                    g.count(d) + i32::from(selects()) - min <= g.term.max_skew
+                }
+                TopologyKind::Affinity => g.count(d) > 0 || g.total == 0 && selects(),
+                TopologyKind::AntiAffinity => g.count(d) == 0,
+            };
+            if !fits {
+                return false;
+            }
+        }
+        inverse.iter().all(|&gid| {
+            let g = &self.groups[gid];
+            node_labels.get(&g.term.key).is_none_or(|d| g.owners.get(d.as_str()).is_none_or(|c| *c <= 0))
+        })
     }
 
     /// The domains group `gid` allows for `pod` right now, independent of the target: `Allow` lists the
