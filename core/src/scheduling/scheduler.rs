@@ -11,7 +11,7 @@ use super::daemon::{DaemonPod, daemon_overhead};
 use super::pod::{Constraints, HostPort, PodInfo, Relaxation, TopologyKind};
 use super::requirements::{Requirement, Requirements};
 use super::taints;
-use super::topology::{Domain, DomainFilter, Landed, NodeFitMemo, NodeView, PoolDomains, Topology, offer_domain};
+use super::topology::{Domain, DomainFilter, Landed, NodeView, PlacementMemo, PoolDomains, Topology, offer_domain};
 use crate::api::{NodePool, labels};
 use crate::cloud::{CapacityType, InstanceType, Offering};
 use crate::resources::{ResourceName, Resources, format_quantity};
@@ -763,7 +763,7 @@ impl Scheduler {
         let pod = &pods[i];
         let inverse = self.topology.inverse(selecting);
         // 1. Existing nodes.
-        let memo = NodeFitMemo::new(groups);
+        let memo = PlacementMemo::new(groups);
         for n in 0..self.nodes.len() {
             if self.node_fits(n, pod, cons, groups, &inverse, &memo) {
                 let node = Arc::make_mut(&mut self.nodes[n]);
@@ -790,7 +790,10 @@ impl Scheduler {
         let hostname_inverse: Vec<usize> = inverse.iter().copied().filter(|g| self.topology.is_hostname(*g)).collect();
         let domain_filters: Vec<(&str, DomainFilter)> = groups
             .iter()
-            .filter_map(|g| self.topology.domain_filter(*g, pod, &cons.strict).map(|f| (self.topology.key(*g), f)))
+            .enumerate()
+            .filter_map(|(i, g)| {
+                self.topology.domain_filter(i, *g, pod, &cons.strict, &memo).map(|f| (self.topology.key(*g), f))
+            })
             .collect();
         // A hostname constraint that closes claims narrows the search to the claims it leaves open: through
         // its index of them when it has one (a group of many pods), else by skipping the others.
@@ -829,7 +832,7 @@ impl Scheduler {
             {
                 continue;
             }
-            let Ok(fit) = self.try_claim(claim, c, pod, cons, groups, &inverse, false) else { continue };
+            let Ok(fit) = self.try_claim(claim, c, pod, cons, groups, &inverse, &memo, false) else { continue };
             let pool = &self.pools[self.claims[c].pool];
             if pool.packing == Packing::MarginalCost {
                 let after = self.price_of(
@@ -856,7 +859,7 @@ impl Scheduler {
         // 3. A new claim, from the heaviest pool that can take the pod.
         let mut reasons = Vec::new();
         for p in 0..self.pools.len() {
-            match self.new_claim(p, pod, cons, groups, &inverse) {
+            match self.new_claim(p, pod, cons, groups, &inverse, &memo) {
                 Ok((claim, fit)) => {
                     if let Some((delta, c, _)) = &best_marginal {
                         let open_price = self.price_of(
@@ -925,7 +928,7 @@ impl Scheduler {
         cons: &Constraints,
         groups: &[usize],
         inverse: &[usize],
-        memo: &NodeFitMemo,
+        memo: &PlacementMemo,
     ) -> bool {
         let node = &self.nodes[n];
         if !node.accepts_pods || !pod.requests.fits(&node.available) {
@@ -956,6 +959,7 @@ impl Scheduler {
         cons: &Constraints,
         groups: &[usize],
         inverse: &[usize],
+        memo: &PlacementMemo,
         want_reason: bool,
     ) -> Result<Fit, String> {
         let pool = &self.pools[claim.pool];
@@ -988,9 +992,9 @@ impl Scheduler {
         };
         if !groups.is_empty() || !inverse.is_empty() {
             let current = reqs.as_ref().unwrap_or(&claim.reqs);
-            let narrowed = self.topology.check(pod, &cons.strict, groups, inverse, &|k| {
-                if k == labels::HOSTNAME { Domain::Claim(index) } else { Domain::Open(current.get(k)) }
-            })?;
+            let domain_of =
+                |k: &str| if k == labels::HOSTNAME { Domain::Claim(index) } else { Domain::Open(current.get(k)) };
+            let narrowed = self.topology.check(pod, &cons.strict, groups, inverse, &domain_of, memo)?;
             if !narrowed.is_empty() {
                 let mut r = reqs.take().unwrap_or_else(|| claim.reqs.clone());
                 for n in narrowed {
@@ -1091,6 +1095,7 @@ impl Scheduler {
         cons: &Constraints,
         groups: &[usize],
         inverse: &[usize],
+        memo: &PlacementMemo,
     ) -> Result<(Claim, Fit), String> {
         let pool = &self.pools[p];
         if pool.remaining_nodes == Some(0) {
@@ -1118,7 +1123,7 @@ impl Scheduler {
             host_ports: Vec::new(),
             price: None,
         };
-        let fit = self.try_claim(&claim, self.claims.len(), pod, cons, groups, inverse, true)?;
+        let fit = self.try_claim(&claim, self.claims.len(), pod, cons, groups, inverse, memo, true)?;
         Ok((claim, fit))
     }
 

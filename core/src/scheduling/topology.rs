@@ -248,17 +248,27 @@ pub(crate) struct Topology {
     removed: FxHashSet<String>,
 }
 
-/// What [`Topology::fits_node`] works out once per placement rather than once per node tried, per group
-/// of the placement (in its order), on first need.
-pub(crate) struct NodeFitMemo {
+/// What the checks of one placement ([`Topology::fits_node`], [`Topology::check`],
+/// [`Topology::domain_filter`]) work out once rather than once per target tried, per group of the placement
+/// (in its order), on first need: each spread's minimum and whether a group selects the pod. It must not
+/// outlive a change to the counts.
+pub(crate) struct PlacementMemo {
     spread_min: Vec<OnceCell<i32>>,
     selects: Vec<OnceCell<bool>>,
 }
 
-impl NodeFitMemo {
+impl PlacementMemo {
     /// An empty memo for a placement under `groups`.
     pub(crate) fn new(groups: &[usize]) -> Self {
         Self { spread_min: vec![OnceCell::new(); groups.len()], selects: vec![OnceCell::new(); groups.len()] }
+    }
+
+    fn selects(&self, i: usize, g: &Group, pod: &PodInfo) -> bool {
+        *self.selects[i].get_or_init(|| g.selects(pod))
+    }
+
+    fn spread_min(&self, i: usize, min: impl FnOnce() -> i32) -> i32 {
+        *self.spread_min[i].get_or_init(min)
     }
 }
 
@@ -467,9 +477,10 @@ impl Topology {
         groups: &[usize],
         inverse: &[usize],
         domain_of: &dyn Fn(&str) -> Domain<'a>,
+        memo: &PlacementMemo,
     ) -> Result<Vec<Requirement>, String> {
         let mut narrowed: Vec<Requirement> = Vec::new();
-        for &gid in groups {
+        for (i, &gid) in groups.iter().enumerate() {
             let g = &self.groups[gid];
             let key = g.term.key.as_str();
             if let Domain::Claim(c) = domain_of(key) {
@@ -495,8 +506,8 @@ impl Topology {
             };
             let allowed: Vec<String> = match g.term.kind {
                 TopologyKind::Spread => {
-                    let self_count = i32::from(g.selects(pod));
-                    let min = self.spread_min(g, pod_reqs);
+                    let self_count = i32::from(memo.selects(i, g, pod));
+                    let min = memo.spread_min(i, || self.spread_min(g, pod_reqs));
                     let mut ok: Vec<&String> =
                         candidates.iter().filter(|d| g.count(d) + self_count - min <= g.term.max_skew).collect();
                     // Pin the emptiest domain, as kube-scheduler would fill it first.
@@ -555,10 +566,8 @@ impl Topology {
     }
 
     /// Whether the groups let `pod` onto an existing node labelled `node_labels`: what
-    /// [`Topology::check`] answers for a node's fixed domains, without saying why not. `memo` keeps, across
-    /// the nodes one placement tries, what does not depend on the node (each spread's minimum, whether a
-    /// group selects the pod); it must be [`NodeFitMemo::new`] for `groups` and not outlive a change to the
-    /// counts.
+    /// [`Topology::check`] answers for a node's fixed domains, without saying why not. `memo` is the
+    /// placement's, made for `groups`.
     pub(crate) fn fits_node(
         &self,
         pod: &PodInfo,
@@ -566,15 +575,15 @@ impl Topology {
         groups: &[usize],
         inverse: &[usize],
         node_labels: &BTreeMap<String, String>,
-        memo: &NodeFitMemo,
+        memo: &PlacementMemo,
     ) -> bool {
         for (i, &gid) in groups.iter().enumerate() {
             let g = &self.groups[gid];
             let Some(d) = node_labels.get(&g.term.key) else { return false };
-            let selects = || *memo.selects[i].get_or_init(|| g.selects(pod));
+            let selects = || memo.selects(i, g, pod);
             let fits = match g.term.kind {
                 TopologyKind::Spread => {
-                    let min = *memo.spread_min[i].get_or_init(|| self.spread_min(g, pod_reqs));
+                    let min = memo.spread_min(i, || self.spread_min(g, pod_reqs));
                     g.count(d) + i32::from(selects()) - min <= g.term.max_skew
                 }
                 TopologyKind::Affinity => g.count(d) > 0 || g.total == 0 && selects(),
@@ -593,15 +602,23 @@ impl Topology {
     /// The domains group `gid` allows for `pod` right now, independent of the target: `Allow` lists the
     /// permitted domains, `Block` the forbidden ones, `None` means any. Used to reject targets whose domain
     /// is already fixed without running the full check.
-    pub(crate) fn domain_filter(&self, gid: usize, pod: &PodInfo, pod_reqs: &Requirements) -> Option<DomainFilter> {
+    /// `i` is the group's place among the placement's groups, for `memo`.
+    pub(crate) fn domain_filter(
+        &self,
+        i: usize,
+        gid: usize,
+        pod: &PodInfo,
+        pod_reqs: &Requirements,
+        memo: &PlacementMemo,
+    ) -> Option<DomainFilter> {
         let g = &self.groups[gid];
         if g.term.key == labels::HOSTNAME {
             return None;
         }
         match g.term.kind {
             TopologyKind::Spread => {
-                let self_count = i32::from(g.selects(pod));
-                let min = self.spread_min(g, pod_reqs);
+                let self_count = i32::from(memo.selects(i, g, pod));
+                let min = memo.spread_min(i, || self.spread_min(g, pod_reqs));
                 let mut known: BTreeSet<&String> = g.domains.iter().collect();
                 known.extend(g.counts.keys());
                 Some(DomainFilter::Allow(
@@ -609,7 +626,7 @@ impl Topology {
                 ))
             }
             TopologyKind::Affinity => {
-                if g.total == 0 && g.selects(pod) {
+                if g.total == 0 && memo.selects(i, g, pod) {
                     None
                 } else {
                     Some(DomainFilter::Allow(
@@ -676,14 +693,17 @@ impl Topology {
         }
         // The minimum is over the domains the pod's own requirement on the key allows, as Karpenter takes it.
         let filter = pod_reqs.get(&g.term.key);
-        let mut domains: BTreeSet<&String> = g.domains.iter().filter(|d| filter.is_none_or(|f| f.has(d))).collect();
-        domains.extend(g.counts.keys().filter(|d| filter.is_none_or(|f| f.has(d))));
-        if let Some(min_domains) = g.term.min_domains
-            && (domains.len() as i32) < min_domains
-        {
-            return 0;
+        let allowed = |d: &String| filter.is_none_or(|f| f.has(d));
+        if let Some(min_domains) = g.term.min_domains {
+            let mut domains: BTreeSet<&String> = g.domains.iter().filter(|d| allowed(d)).collect();
+            domains.extend(g.counts.keys().filter(|d| allowed(d)));
+            if (domains.len() as i32) < min_domains {
+                return 0;
+            }
         }
-        domains.iter().map(|d| g.count(d)).min().unwrap_or(0)
+        // The least count over the known domains and the counted ones (a domain in both counts the same).
+        let known = g.domains.iter().filter(|d| allowed(d)).map(|d| g.count(d));
+        known.chain(g.counts.iter().filter(|(d, _)| allowed(d)).map(|(_, c)| *c)).min().unwrap_or(0)
     }
 
     /// The domains a target still open on `key` may land in: those its requirement admits among the known
