@@ -91,6 +91,12 @@ impl StateNode {
     /// `types`.
     pub fn price(&self, types: &[InstanceType]) -> Option<f64> {
         let it = types.iter().find(|t| Some(t.name.as_str()) == self.label(labels::INSTANCE_TYPE))?;
+        self.price_as(it)
+    }
+
+    /// The price per hour of the node's offering of `it` (its zone and capacity type), `it` being the
+    /// node's instance type found by the caller.
+    pub fn price_as(&self, it: &InstanceType) -> Option<f64> {
         let zone = self.label(labels::ZONE)?;
         let ct = self.capacity_type()?;
         it.offering(zone, ct).map(|o| o.price)

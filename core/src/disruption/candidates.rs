@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use jiff::Timestamp;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use rustc_hash::FxHashMap;
 
 use crate::api::{ConditionStatus, DisruptionReason, NodePool, condition_types, labels};
 use crate::clock;
@@ -272,7 +273,9 @@ pub fn candidates(
         state.pdbs.iter().enumerate().map(|(i, p)| (i, pdb_allowed(p, state))).collect();
     let mut out = Vec::new();
     let mut blocked = Vec::new();
-    let mut types_cache: std::collections::HashMap<String, Vec<InstanceType>> = std::collections::HashMap::new();
+    // Each pool's instance types, with the first of each name by name.
+    let mut types_cache: std::collections::HashMap<String, (Vec<InstanceType>, FxHashMap<String, usize>)> =
+        std::collections::HashMap::new();
     let mut templates: std::collections::HashMap<&str, Template> = std::collections::HashMap::new();
     for (index, node) in state.nodes.iter().enumerate() {
         let Some(pool_name) = node.pool.as_deref() else { continue };
@@ -323,12 +326,20 @@ pub fn candidates(
                 continue;
             }
         }
-        let types = types_cache.entry(pool_name.to_owned()).or_insert_with(|| types_for(pool));
+        let (types, by_name) = types_cache.entry(pool_name.to_owned()).or_insert_with(|| {
+            let types = types_for(pool);
+            let mut by_name = FxHashMap::default();
+            for (i, t) in types.iter().enumerate() {
+                by_name.entry(t.name.clone()).or_insert(i);
+            }
+            (types, by_name)
+        });
         // A node with no known price can still drift and be emptied; only consolidation, which weighs
         // prices, leaves it. One whose instance type or offering its provider no longer lists has drifted
         // (`InstanceTypeNotFound`), as Karpenter has it; with no types at all (the provider could not be
         // read), nothing is known to be gone.
-        let price = node.price(types);
+        let price =
+            node.label(labels::INSTANCE_TYPE).and_then(|n| by_name.get(n)).and_then(|i| node.price_as(&types[*i]));
         let drift = match (&drift, price) {
             (None, None) if !types.is_empty() => Some(INSTANCE_TYPE_NOT_FOUND.to_owned()),
             _ => drift,
