@@ -91,12 +91,12 @@ impl StateNode {
     /// `types`.
     pub fn price(&self, types: &[InstanceType]) -> Option<f64> {
         let it = types.iter().find(|t| Some(t.name.as_str()) == self.label(labels::INSTANCE_TYPE))?;
-        self.price_as(it)
+        self.price_of_type(it)
     }
 
     /// The price per hour of the node's offering of `it` (its zone and capacity type), `it` being the
     /// node's instance type found by the caller.
-    pub fn price_as(&self, it: &InstanceType) -> Option<f64> {
+    pub fn price_of_type(&self, it: &InstanceType) -> Option<f64> {
         let zone = self.label(labels::ZONE)?;
         let ct = self.capacity_type()?;
         it.offering(zone, ct).map(|o| o.price)
@@ -381,6 +381,16 @@ enum Slot<T, V> {
     Moved(usize),
 }
 
+impl<T, V> Slot<T, V> {
+    /// The object and value, unless the entry was taken over.
+    fn kept(&self) -> Option<(&Arc<T>, &V)> {
+        match self {
+            Slot::Kept(o, v) => Some((o, v)),
+            Slot::Moved(_) => None,
+        }
+    }
+}
+
 impl<T, V> Default for ObjectMemo<T, V> {
     fn default() -> Self {
         Self { last: Vec::new(), cursor: 0, by_address: None, next: Vec::new() }
@@ -408,10 +418,7 @@ impl<T, V: Clone> ObjectMemo<T, V> {
                     // An entry taken over is found where it went.
                     let address = |slot: &Slot<T, V>| match slot {
                         Slot::Kept(o, _) => Some(Arc::as_ptr(o) as usize),
-                        Slot::Moved(j) => match &next[*j] {
-                            Slot::Kept(o, _) => Some(Arc::as_ptr(o) as usize),
-                            Slot::Moved(_) => None,
-                        },
+                        Slot::Moved(j) => next[*j].kept().map(|(o, _)| Arc::as_ptr(o) as usize),
                     };
                     last.iter().enumerate().filter_map(|(i, slot)| Some((address(slot)?, i))).collect()
                 });
@@ -426,9 +433,9 @@ impl<T, V: Clone> ObjectMemo<T, V> {
                     // Listed again in this round: the value it was given a moment ago.
                     Slot::Moved(j) => {
                         self.last[i] = Slot::Moved(j);
-                        match &self.next[j] {
-                            Slot::Kept(o, value) => (Arc::clone(o), value.clone()),
-                            Slot::Moved(_) => (Arc::clone(object), read()?),
+                        match self.next[j].kept() {
+                            Some((o, value)) => (Arc::clone(o), value.clone()),
+                            None => (Arc::clone(object), read()?),
                         }
                     }
                 }

@@ -339,7 +339,7 @@ pub fn candidates(
         // (`InstanceTypeNotFound`), as Karpenter has it; with no types at all (the provider could not be
         // read), nothing is known to be gone.
         let price =
-            node.label(labels::INSTANCE_TYPE).and_then(|n| by_name.get(n)).and_then(|i| node.price_as(&types[*i]));
+            node.label(labels::INSTANCE_TYPE).and_then(|n| by_name.get(n)).and_then(|i| node.price_of_type(&types[*i]));
         let drift = match (&drift, price) {
             (None, None) if !types.is_empty() => Some(INSTANCE_TYPE_NOT_FOUND.to_owned()),
             _ => drift,

@@ -559,10 +559,13 @@ impl Scheduler {
     /// counts instead of each recounting every bound pod.
     pub fn register<'p>(&mut self, pods: impl IntoIterator<Item = &'p PodInfo>) {
         for p in pods {
-            for t in p.all_terms() {
-                self.topology.group(t);
-            }
+            self.term_groups(p);
         }
+    }
+
+    /// The group of each of `pod`'s topology terms, in [`PodInfo::all_terms`] order, registered now if new.
+    fn term_groups(&mut self, pod: &PodInfo) -> Vec<usize> {
+        pod.all_terms().map(|t| self.topology.group(t)).collect()
     }
 
     /// A copy of this scheduler in which the named nodes are gone: they take no pods, and the pods bound
@@ -664,12 +667,11 @@ impl Scheduler {
         }
         // Register every constraint up front so every pod is counted by every group that selects it. Each
         // pod keeps the groups of its terms (in `PodInfo::all_terms` order): a term is hashed once per pass.
-        let own: Vec<Vec<usize>> =
-            pods.iter().map(|p| p.all_terms().map(|t| self.topology.group(t)).collect()).collect();
+        let term_groups: Vec<Vec<usize>> = pods.iter().map(|p| self.term_groups(p)).collect();
         let selecting: Vec<Vec<usize>> = pods.iter().map(|p| self.topology.selecting(p)).collect();
         // How many of the pass's pods each group concerns (carried or selecting).
         let mut weight = vec![0usize; self.topology.len()];
-        for (carried, sel) in own.iter().zip(&selecting) {
+        for (carried, sel) in term_groups.iter().zip(&selecting) {
             let mut concerned = carried.clone();
             concerned.extend_from_slice(sel);
             concerned.sort_unstable();
@@ -707,7 +709,7 @@ impl Scheduler {
             let mut failed = Vec::new();
             let before = pending.len();
             for i in pending {
-                match self.place(&pods, i, &own[i], &selecting[i], &mut relax[i]) {
+                match self.place(&pods, i, &term_groups[i], &selecting[i], &mut relax[i]) {
                     Ok(()) => {
                         errors.remove(&i);
                     }
@@ -733,14 +735,14 @@ impl Scheduler {
         &mut self,
         pods: &[Arc<PodInfo>],
         i: usize,
-        own: &[usize],
+        term_groups: &[usize],
         selecting: &[usize],
         relax: &mut Relaxation,
     ) -> Result<(), String> {
         let pod = &pods[i];
         loop {
             let cons = relax.constraints(pod);
-            let groups: Vec<usize> = relax.terms_in_force(pod).map(|t| own[t]).collect();
+            let groups: Vec<usize> = relax.terms_in_force(pod).map(|t| term_groups[t]).collect();
             match self.place_with(pods, i, selecting, &cons, &groups) {
                 Ok(()) => return Ok(()),
                 Err(e) => {

@@ -55,6 +55,18 @@ impl Group {
             && self.term.node_filter.as_ref().is_none_or(|alts| alts.iter().any(|r| reqs.is_compatible(r, false)))
     }
 
+    /// Whether a domain (an existing node's, or a claim's host) holding `count` of the group's pods may take
+    /// the pod: within `maxSkew` of the least-filled domain (`min`) for a spread, where selected pods run for
+    /// affinity (anywhere for the first pod of a self-affine group), away from them for anti-affinity.
+    /// `selects` (whether the group selects the pod) and `min` are asked only when the kind needs them.
+    fn admits(&self, count: i32, selects: impl Fn() -> bool, min: impl FnOnce() -> i32) -> bool {
+        match self.term.kind {
+            TopologyKind::Spread => count + i32::from(selects()) - min() <= self.term.max_skew,
+            TopologyKind::Affinity => count > 0 || self.total == 0 && selects(),
+            TopologyKind::AntiAffinity => count == 0,
+        }
+    }
+
     fn count(&self, domain: &str) -> i32 {
         self.counts.get(domain).copied().unwrap_or(0)
     }
@@ -580,16 +592,8 @@ impl Topology {
         for (i, &gid) in groups.iter().enumerate() {
             let g = &self.groups[gid];
             let Some(d) = node_labels.get(&g.term.key) else { return false };
-            let selects = || memo.selects(i, g, pod);
-            let fits = match g.term.kind {
-                TopologyKind::Spread => {
-                    let min = memo.spread_min(i, || self.spread_min(g, pod_reqs));
-                    g.count(d) + i32::from(selects()) - min <= g.term.max_skew
-                }
-                TopologyKind::Affinity => g.count(d) > 0 || g.total == 0 && selects(),
-                TopologyKind::AntiAffinity => g.count(d) == 0,
-            };
-            if !fits {
+            let min = || memo.spread_min(i, || self.spread_min(g, pod_reqs));
+            if !g.admits(g.count(d), || memo.selects(i, g, pod), min) {
                 return false;
             }
         }
@@ -643,12 +647,8 @@ impl Topology {
     /// Whether group `gid` lets `pod` onto claim `c` of this pass (hostname domains only); no allocation.
     pub(crate) fn claim_allows(&self, gid: usize, pod: &PodInfo, c: usize) -> bool {
         let g = &self.groups[gid];
-        let count = g.claim_count(c);
-        match g.term.kind {
-            TopologyKind::Spread => count + i32::from(g.selects(pod)) <= g.term.max_skew,
-            TopologyKind::Affinity => count > 0 || (g.total == 0 && g.selects(pod)),
-            TopologyKind::AntiAffinity => count == 0,
-        }
+        // A hostname spread's least-filled host is an empty one.
+        g.admits(g.claim_count(c), || g.selects(pod), || 0)
     }
 
     /// Whether an inverse anti-affinity group keeps pods off claim `c` of this pass.
