@@ -9,7 +9,9 @@ use crate::api::{ConsolidationPolicy, DisruptionReason, labels};
 use crate::cloud::{CapacityType, InstanceType};
 use crate::provisioning;
 use crate::resources::Resources;
-use crate::scheduling::{ClaimPlan, ExistingNode, PodInfo, Requirement, Requirements, Results, Scheduler, offering_ok};
+use crate::scheduling::{
+    ClaimPlan, ExistingNode, PodGroups, PodInfo, Requirement, Requirements, Results, Scheduler, offering_ok,
+};
 
 /// Balanced consolidation approves a move whose savings share is at least `1/K` of its disruption share.
 const BALANCED_K: f64 = 2.0;
@@ -108,6 +110,9 @@ struct Bases {
     base: Scheduler,
     /// As `base`, with nodes inside their own `consolidateAfter` taking no pods from others.
     settled: Scheduler,
+    /// The topology groups of each candidate's pod (by index into the pass's pods), as the bases
+    /// registered them.
+    groups: Vec<Option<PodGroups>>,
 }
 
 /// A pool's whole cost per hour and whole disruption cost, over every node it has (candidates or not).
@@ -249,11 +254,15 @@ impl<'a> Simulator<'a> {
                     }
                 }
             }
-            base.register(self.candidate_pods.iter().map(|i| &*self.pods[*i]));
+            let registered = base.register(self.candidate_pods.iter().map(|i| &*self.pods[*i]));
+            let mut groups: Vec<Option<PodGroups>> = vec![None; self.pods.len()];
+            for (i, g) in self.candidate_pods.iter().zip(registered) {
+                groups[*i] = Some(g);
+            }
             let mut settled = base.clone();
             let unsettled: Vec<&str> = self.unsettled.iter().map(String::as_str).collect();
             settled.block_nodes(&unsettled);
-            Bases { base, settled }
+            Bases { base, settled, groups }
         })
     }
 
@@ -286,9 +295,12 @@ impl<'a> Simulator<'a> {
             options.price_ceiling = ceiling;
             sim = sim.with_options(options);
         }
-        let pods: Vec<Arc<PodInfo>> =
-            cands.iter().flat_map(|c| c.pods.iter().map(|i| Arc::clone(&self.pods[*i]))).collect();
-        let mut results = sim.solve_shared(pods);
+        let indexes = cands.iter().flat_map(|c| c.pods.iter().copied());
+        let pods: Vec<Arc<PodInfo>> = indexes.clone().map(|i| Arc::clone(&self.pods[i])).collect();
+        let mut results = match indexes.map(|i| bases.groups[i].as_ref()).collect::<Option<Vec<_>>>() {
+            Some(groups) => sim.solve_registered(pods, groups),
+            None => sim.solve_shared(pods),
+        };
         // A candidate's pods may not count on a node that is not initialized and Ready: deleting a node on
         // the promise of capacity still booting moves its pods onto room that other pods are waiting for.
         let (settled, booting): (Vec<_>, Vec<_>) =

@@ -395,7 +395,7 @@ impl Scheduler {
     /// Looks for a cheaper packing of the claims each marginal-cost pool opened in the pass (see the
     /// module's documentation). Runs once every pod is placed, just before the claims become plans:
     /// the pass's indexes of claims are not kept up to date.
-    pub(super) fn improve_marginal_cost(&mut self, pods: &[Arc<PodInfo>], selecting: &[Vec<usize>]) {
+    pub(super) fn improve_marginal_cost(&mut self, pods: &[Arc<PodInfo>], selecting: &[&[usize]]) {
         for p in 0..self.pools.len() {
             if self.pools[p].packing == Packing::MarginalCost {
                 self.improve_pool(p, pods, selecting);
@@ -403,7 +403,7 @@ impl Scheduler {
         }
     }
 
-    fn improve_pool(&mut self, p: usize, pods: &[Arc<PodInfo>], selecting: &[Vec<usize>]) {
+    fn improve_pool(&mut self, p: usize, pods: &[Arc<PodInfo>], selecting: &[&[usize]]) {
         let pool = &self.pools[p];
         if pool.reqs.iter().any(|r| r.min_values().is_some()) {
             return;
@@ -449,7 +449,7 @@ impl Scheduler {
             let mut bin = Bin::empty();
             bin.claim = Some(c);
             for &i in &claim.pods {
-                if movable(&pods[i], &selecting[i]) {
+                if movable(&pods[i], selecting[i]) {
                     bin.items.push(sizes.len());
                     sizes.push(pods[i].requests.clone());
                     item_pod.push(i);
@@ -546,7 +546,7 @@ impl Scheduler {
                         .iter()
                         .copied()
                         .filter(|i| {
-                            !movable(&pods[*i], &selecting[*i]) || bin.items.iter().any(|it| item_pod[*it] == *i)
+                            !movable(&pods[*i], selecting[*i]) || bin.items.iter().any(|it| item_pod[*it] == *i)
                         })
                         .collect();
                     (stays.into_iter().chain(arrived).collect(), claim.host_ports.clone())

@@ -108,7 +108,8 @@ pub enum TopologyKind {
 ///
 /// Equal terms share one group in a scheduling pass, found by hashing the term. The hash leaves out
 /// `node_filter`, whose requirement sets are the costly part to hash and almost never tell two terms of the
-/// same selector apart; equality still compares every field.
+/// same selector apart; equality still compares every field. A term is looked up many times over its pod's
+/// life (every pass registers the pods it may move), so it keeps its hash once computed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TopologyTerm {
     /// Spread, affinity or anti-affinity.
@@ -135,7 +136,22 @@ pub struct TopologyTerm {
     /// Spread with `nodeTaintsPolicy: Honor`: the pod's tolerations (as JSON, so equal constraints share a
     /// group); pods on nodes whose taints they do not tolerate are not counted.
     pub honor_taints: Option<String>,
+    /// The term's hash, kept once computed. The fields above are set when the term is built and not
+    /// changed after it is first hashed (resolving a `namespaceSelector` starts the cache afresh).
+    pub(crate) hash: TermHash,
 }
+
+/// A cached hash of a [`TopologyTerm`]: not part of the term's value, so any two compare equal.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct TermHash(std::sync::OnceLock<u64>);
+
+impl PartialEq for TermHash {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl Eq for TermHash {}
 
 /// A host port a pod binds.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -305,6 +321,7 @@ fn affinity_term(kind: TopologyKind, namespace: &str, t: &PodAffinityTerm) -> To
         min_domains: None,
         node_filter: None,
         honor_taints: None,
+        hash: TermHash::default(),
     }
 }
 
@@ -341,24 +358,32 @@ fn spread_term(
         .then(|| Arc::clone(node_alternatives)),
         honor_taints: (c.node_taints_policy.as_deref() == Some("Honor"))
             .then(|| serde_json::to_string(tolerations).unwrap_or_default()),
+        hash: TermHash::default(),
     }
 }
 
 impl std::hash::Hash for TopologyTerm {
     fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
-        // Every field but `node_filter`: terms equal under `Eq` hash alike.
-        let Self {
-            kind,
-            key,
-            selector,
-            namespaces,
-            namespace_selector,
-            max_skew,
-            min_domains,
-            node_filter: _,
-            honor_taints,
-        } = self;
-        (kind, key, selector, namespaces, namespace_selector, max_skew, min_domains, honor_taints).hash(state);
+        use std::hash::Hasher as _;
+        // Every field but `node_filter` (and the cache): terms equal under `Eq` hash alike.
+        let digest = self.hash.0.get_or_init(|| {
+            let Self {
+                kind,
+                key,
+                selector,
+                namespaces,
+                namespace_selector,
+                max_skew,
+                min_domains,
+                node_filter: _,
+                honor_taints,
+                hash: _,
+            } = self;
+            let mut h = rustc_hash::FxHasher::default();
+            (kind, key, selector, namespaces, namespace_selector, max_skew, min_domains, honor_taints).hash(&mut h);
+            h.finish()
+        });
+        state.write_u64(*digest);
     }
 }
 
@@ -371,6 +396,7 @@ impl TopologyTerm {
         names.sort();
         names.dedup();
         self.namespaces = Some(names);
+        self.hash = TermHash::default();
     }
 }
 

@@ -208,6 +208,17 @@ pub struct Unschedulable {
     pub reason: String,
 }
 
+/// A pod's topology groups in one scheduler: those of its own terms (in [`PodInfo::all_terms`] order) and
+/// those that count it. [`Scheduler::register`] returns them so that copies of the scheduler can place
+/// the pod without hashing its terms again.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PodGroups {
+    terms: Vec<usize>,
+    selecting: Vec<usize>,
+    /// How many groups the scheduler had when these were read: a group added since could select the pod.
+    known: usize,
+}
+
 /// The outcome of a pass.
 #[derive(Debug, Clone, Default)]
 pub struct Results {
@@ -556,11 +567,19 @@ impl Scheduler {
     }
 
     /// Registers the topology constraints of `pods` now, so that clones of this scheduler share their
-    /// counts instead of each recounting every bound pod.
-    pub fn register<'p>(&mut self, pods: impl IntoIterator<Item = &'p PodInfo>) {
-        for p in pods {
-            self.term_groups(p);
-        }
+    /// counts instead of each recounting every bound pod. Returns each pod's groups, which
+    /// [`Scheduler::solve_registered`] takes instead of looking every term up again.
+    pub fn register<'p>(&mut self, pods: impl IntoIterator<Item = &'p PodInfo>) -> Vec<PodGroups> {
+        let pods: Vec<&PodInfo> = pods.into_iter().collect();
+        let terms: Vec<Vec<usize>> = pods.iter().map(|p| self.term_groups(p)).collect();
+        // Selection is read once every group is known: a group registered for a later pod may select an
+        // earlier one.
+        let known = self.topology.len();
+        terms
+            .into_iter()
+            .zip(&pods)
+            .map(|(terms, p)| PodGroups { terms, selecting: self.topology.selecting(p), known })
+            .collect()
     }
 
     /// The group of each of `pod`'s topology terms, in [`PodInfo::all_terms`] order, registered now if new.
@@ -627,7 +646,7 @@ impl Scheduler {
     /// Schedules `pods` in the given order (no largest-first sorting), as if they arrived one by one.
     pub fn place_in_order(&mut self, pods: Vec<PodInfo>) -> Results {
         let this = std::mem::replace(self, Self::empty());
-        this.solve_ordered(pods.into_iter().map(Arc::new).collect(), false)
+        this.solve_ordered(pods.into_iter().map(Arc::new).collect(), None, false)
     }
 
     fn empty() -> Self {
@@ -646,16 +665,34 @@ impl Scheduler {
 
     /// Schedules `pods`, largest first, returning where each lands and what must be bought.
     pub fn solve(self, pods: Vec<PodInfo>) -> Results {
-        self.solve_ordered(pods.into_iter().map(Arc::new).collect(), true)
+        self.solve_ordered(pods.into_iter().map(Arc::new).collect(), None, true)
     }
 
     /// As [`Scheduler::solve`], for pods whose views are shared (a cluster state's), without copying them.
     pub fn solve_shared(self, pods: Vec<Arc<PodInfo>>) -> Results {
-        self.solve_ordered(pods, true)
+        self.solve_ordered(pods, None, true)
     }
 
-    fn solve_ordered(mut self, pods: Vec<Arc<PodInfo>>, largest_first: bool) -> Results {
+    /// As [`Scheduler::solve_shared`], for pods registered with this scheduler or the one it was copied
+    /// from ([`Scheduler::register`]), `groups[i]` being what registering `pods[i]` returned. The groups
+    /// are taken as they are while no other group has been registered since and preferences count;
+    /// otherwise every pod's terms are looked up again, so the result is the same either way.
+    pub fn solve_registered(self, pods: Vec<Arc<PodInfo>>, groups: Vec<&PodGroups>) -> Results {
+        self.solve_ordered(pods, Some(groups), true)
+    }
+
+    fn solve_ordered(
+        mut self,
+        pods: Vec<Arc<PodInfo>>,
+        known: Option<Vec<&PodGroups>>,
+        largest_first: bool,
+    ) -> Results {
         let mut pods = pods;
+        let known = known.filter(|k| {
+            !self.options.ignore_preferences
+                && k.len() == pods.len()
+                && k.iter().all(|g| g.known == self.topology.len())
+        });
         if self.options.ignore_preferences {
             for p in &mut pods {
                 let p = Arc::make_mut(p);
@@ -667,12 +704,26 @@ impl Scheduler {
         }
         // Register every constraint up front so every pod is counted by every group that selects it. Each
         // pod keeps the groups of its terms (in `PodInfo::all_terms` order): a term is hashed once per pass.
-        let term_groups: Vec<Vec<usize>> = pods.iter().map(|p| self.term_groups(p)).collect();
-        let selecting: Vec<Vec<usize>> = pods.iter().map(|p| self.topology.selecting(p)).collect();
+        let looked_up: Vec<PodGroups>;
+        let groups: Vec<&PodGroups> = match known {
+            Some(known) => known,
+            None => {
+                let terms: Vec<Vec<usize>> = pods.iter().map(|p| self.term_groups(p)).collect();
+                let known = self.topology.len();
+                looked_up = terms
+                    .into_iter()
+                    .zip(&pods)
+                    .map(|(terms, p)| PodGroups { terms, selecting: self.topology.selecting(p), known })
+                    .collect();
+                looked_up.iter().collect()
+            }
+        };
+        let term_groups: Vec<&[usize]> = groups.iter().map(|g| g.terms.as_slice()).collect();
+        let selecting: Vec<&[usize]> = groups.iter().map(|g| g.selecting.as_slice()).collect();
         // How many of the pass's pods each group concerns (carried or selecting).
         let mut weight = vec![0usize; self.topology.len()];
         for (carried, sel) in term_groups.iter().zip(&selecting) {
-            let mut concerned = carried.clone();
+            let mut concerned = carried.to_vec();
             concerned.extend_from_slice(sel);
             concerned.sort_unstable();
             concerned.dedup();
@@ -709,7 +760,7 @@ impl Scheduler {
             let mut failed = Vec::new();
             let before = pending.len();
             for i in pending {
-                match self.place(&pods, i, &term_groups[i], &selecting[i], &mut relax[i]) {
+                match self.place(&pods, i, term_groups[i], selecting[i], &mut relax[i]) {
                     Ok(()) => {
                         errors.remove(&i);
                     }

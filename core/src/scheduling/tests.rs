@@ -719,3 +719,77 @@ fn existing_nodes_are_judged_by_their_domains() {
     let zone = r.claims[0].requirements.get(labels::ZONE).unwrap();
     assert!(!zone.has("zone-a") && !zone.has("zone-b"), "{zone:?}");
 }
+
+/// A scheduler copied after registering pods places them with the groups registration returned exactly as
+/// it places them by looking their terms up, and a group registered since makes it look them up again.
+#[test]
+fn registered_pods_solve_as_looked_up_pods_do() {
+    let spread = json!({"topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone",
+        "whenUnsatisfiable": "DoNotSchedule", "labelSelector": {"matchLabels": {"app": "web"}}}]});
+    let bound: Vec<(Arc<PodInfo>, String)> = (0..3)
+        .map(|i| {
+            (Arc::new(pod_with(&format!("old-{i}"), "1", spread.clone(), json!({"app": "web"}))), "n-a".to_owned())
+        })
+        .collect();
+    let pods: Vec<Arc<PodInfo>> =
+        (0..4).map(|i| Arc::new(pod_with(&format!("web-{i}"), "1", spread.clone(), json!({"app": "web"})))).collect();
+    let mut base = Scheduler::new(
+        vec![input(NodePool::new("default", NodePoolSpec::default()), sized_catalog(8))],
+        vec![zone_node("n-a", "zone-a"), zone_node("n-b", "zone-b")],
+        bound,
+        &[],
+        SchedulerOptions::default(),
+    );
+    let groups = base.register(pods.iter().map(|p| &**p));
+    assert_eq!(groups.len(), 4);
+    assert!(groups.iter().all(|g| *g == groups[0]), "equal terms share one group: {groups:?}");
+    let shape = |r: &Results| {
+        let mut existing: Vec<(String, Vec<String>)> =
+            r.existing.iter().map(|p| (p.node.clone(), p.pods.clone())).collect();
+        existing.sort();
+        let mut claims: Vec<(Option<String>, Vec<String>)> = r
+            .claims
+            .iter()
+            .map(|c| (c.requirements.get(labels::ZONE).and_then(|z| z.single()).map(str::to_owned), c.pods.clone()))
+            .collect();
+        claims.sort();
+        (existing, claims, r.unschedulable.len())
+    };
+    let looked_up = shape(&base.clone().solve_shared(pods.clone()));
+    let registered = shape(&base.clone().solve_registered(pods.clone(), groups.iter().collect()));
+    assert_eq!(looked_up, registered);
+    assert!(looked_up.1.iter().all(|(zone, _)| zone.as_deref() == Some("zone-c")), "{looked_up:?}");
+    // A pod whose selector picks the web pods registers a group the handed-in groups do not know.
+    let anti = json!({"affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"topologyKey": "topology.kubernetes.io/zone", "labelSelector": {"matchLabels": {"app": "web"}}}]}}});
+    let mut later = base.clone();
+    later.register([&pod_with("guard", "1", anti, json!({}))]);
+    let stale = shape(&later.clone().solve_registered(pods.clone(), groups.iter().collect()));
+    assert_eq!(stale, shape(&later.solve_shared(pods)), "stale groups are looked up again");
+}
+
+/// A term keeps its hash once computed; resolving a `namespaceSelector` changes the term, and the resolved
+/// term finds the group an equal term built resolved would.
+#[test]
+fn a_resolved_term_is_hashed_afresh() {
+    use std::hash::{BuildHasher, BuildHasherDefault};
+    let affinity = |selector: Value| {
+        json!({"affinity": {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+            {"topologyKey": "topology.kubernetes.io/zone", "labelSelector": {"matchLabels": {"app": "db"}},
+             "namespaceSelector": selector, "namespaces": ["team-a", "team-b"]}]}}})
+    };
+    let namespaces: std::collections::BTreeMap<String, std::collections::BTreeMap<String, String>> =
+        [("team-b".to_owned(), [("tier".to_owned(), "data".to_owned())].into())].into();
+    let hasher = BuildHasherDefault::<rustc_hash::FxHasher>::default();
+    let selecting = pod_with("a", "1", affinity(json!({"matchLabels": {"tier": "data"}})), json!({}));
+    let before = hasher.hash_one(&selecting.topology[0]);
+    let resolved = selecting.with_namespaces(&namespaces);
+    let listed = pod_with("b", "1", affinity(json!({})), json!({}));
+    let mut listed_term = listed.topology[0].clone();
+    listed_term.namespaces = Some(vec!["team-a".into(), "team-b".into()]);
+    listed_term.namespace_selector = None;
+    listed_term.hash = Default::default();
+    assert_eq!(resolved.topology[0], listed_term);
+    assert_eq!(hasher.hash_one(&resolved.topology[0]), hasher.hash_one(&listed_term));
+    assert_ne!(hasher.hash_one(&resolved.topology[0]), before);
+}
