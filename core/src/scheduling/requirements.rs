@@ -4,36 +4,39 @@
 //! A [`Requirement`] is a set of values for one key: either a concrete set (`In`, `DoesNotExist` as the
 //! empty set), or the complement of one (`NotIn`, `Exists` as the complement of nothing), optionally
 //! bounded by integers (`Gt`/`Gte` as an inclusive lower bound, `Lt`/`Lte` as an inclusive upper bound).
-//! Values are kept sorted, so intersections are merges with no hashing.
+//! Values are kept sorted, so intersections are merges with no hashing. A requirement's key and values are
+//! shared, not copied, by its clones and by intersections that leave a side's values as they were: the
+//! scheduler copies and narrows requirements for every target it tries.
 
 use std::cmp::Ordering;
 use std::fmt;
+use std::sync::Arc;
 
 use crate::api::{NodeSelectorRequirement, Operator, labels};
 
 /// The values one label key may take.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Requirement {
-    key: String,
+    key: Arc<str>,
     complement: bool,
-    values: Vec<String>,
+    values: Arc<[String]>,
     gte: Option<i64>,
     lte: Option<i64>,
     min_values: Option<u32>,
 }
 
-fn sorted(values: impl IntoIterator<Item = impl Into<String>>) -> Vec<String> {
+fn sorted(values: impl IntoIterator<Item = impl Into<String>>) -> Arc<[String]> {
     let mut v: Vec<String> = values.into_iter().map(Into::into).collect();
     v.sort_unstable();
     v.dedup();
-    v
+    v.into()
 }
 
 impl Requirement {
     /// `key In values`.
     pub fn is_in(key: &str, values: impl IntoIterator<Item = impl Into<String>>) -> Self {
         Self {
-            key: labels::normalize(key).to_owned(),
+            key: Arc::from(labels::normalize(key)),
             complement: false,
             values: sorted(values),
             gte: None,
@@ -121,13 +124,7 @@ impl Requirement {
     }
 
     fn in_bounds(&self, v: &str) -> bool {
-        if self.gte.is_none() && self.lte.is_none() {
-            return true;
-        }
-        match v.parse::<i64>() {
-            Ok(n) => self.gte.is_none_or(|g| n >= g) && self.lte.is_none_or(|l| n <= l),
-            Err(_) => false,
-        }
+        in_bounds(self.gte, self.lte, v)
     }
 
     /// Whether `value` is in the set.
@@ -168,7 +165,7 @@ impl Requirement {
 
     /// The single value of a concrete one-value set.
     pub fn single(&self) -> Option<&str> {
-        match (self.complement, self.values.as_slice()) {
+        match (self.complement, &*self.values) {
             (false, [v]) => Some(v),
             _ => None,
         }
@@ -210,18 +207,23 @@ impl Requirement {
             (Some(a), Some(b)) => Some(a.max(b)),
             (a, b) => a.or(b),
         };
-        let key = self.key.clone();
+        let key = Arc::clone(&self.key);
         match (self.complement, other.complement) {
             (true, true) => {
-                let mut values: Vec<String> = self.values.iter().chain(other.values.iter()).cloned().collect();
-                values.sort_unstable();
-                values.dedup();
-                let mut r = Self { key, complement: true, values, gte, lte, min_values };
-                if r.gte.is_some() || r.lte.is_some() {
-                    let probe = r.clone();
-                    r.values.retain(|v| probe.in_bounds(v));
-                }
-                r
+                let bounded = gte.is_some() || lte.is_some();
+                let excluded = |v: &&String| in_bounds(gte, lte, v);
+                let values = if !bounded && other.values.is_empty() {
+                    Arc::clone(&self.values)
+                } else if !bounded && self.values.is_empty() {
+                    Arc::clone(&other.values)
+                } else {
+                    let mut values: Vec<String> =
+                        self.values.iter().chain(other.values.iter()).filter(excluded).cloned().collect();
+                    values.sort_unstable();
+                    values.dedup();
+                    values.into()
+                };
+                Self { key, complement: true, values, gte, lte, min_values }
             }
             (false, false) => {
                 let values = merge_intersection(&self.values, &other.values);
@@ -229,7 +231,11 @@ impl Requirement {
             }
             (true, false) | (false, true) => {
                 let (set, comp) = if self.complement { (other, self) } else { (self, other) };
-                let values: Vec<String> = set.values.iter().filter(|v| comp.has(v)).cloned().collect();
+                let values = if set.values.iter().all(|v| comp.has(v)) {
+                    Arc::clone(&set.values)
+                } else {
+                    set.values.iter().filter(|v| comp.has(v)).cloned().collect()
+                };
                 Self { key, complement: false, values, gte: None, lte: None, min_values }
             }
         }
@@ -261,10 +267,10 @@ impl Requirement {
             Operator::Gte => vec![self.gte.unwrap_or_default().to_string()],
             Operator::Lte => vec![self.lte.unwrap_or_default().to_string()],
             Operator::Exists | Operator::DoesNotExist => Vec::new(),
-            _ => self.values.clone(),
+            _ => self.values.to_vec(),
         };
         NodeSelectorRequirement {
-            key: self.key.clone(),
+            key: self.key.to_string(),
             operator: op,
             values,
             min_values: self.min_values.and_then(|m| i32::try_from(m).ok()),
@@ -272,8 +278,27 @@ impl Requirement {
     }
 }
 
-fn merge_intersection(a: &[String], b: &[String]) -> Vec<String> {
-    let (mut i, mut j, mut out) = (0, 0, Vec::new());
+/// Whether `v` is an integer within the inclusive bounds, if there are any.
+fn in_bounds(gte: Option<i64>, lte: Option<i64>, v: &str) -> bool {
+    if gte.is_none() && lte.is_none() {
+        return true;
+    }
+    match v.parse::<i64>() {
+        Ok(n) => gte.is_none_or(|g| n >= g) && lte.is_none_or(|l| n <= l),
+        Err(_) => false,
+    }
+}
+
+/// The values two sorted sets share: one of them, shared, when it holds nothing the other lacks.
+fn merge_intersection(a: &Arc<[String]>, b: &Arc<[String]>) -> Arc<[String]> {
+    let common = count_common(a, b);
+    if common == a.len() {
+        return Arc::clone(a);
+    }
+    if common == b.len() {
+        return Arc::clone(b);
+    }
+    let (mut i, mut j, mut out) = (0, 0, Vec::with_capacity(common));
     while i < a.len() && j < b.len() {
         match a[i].cmp(&b[j]) {
             Ordering::Less => i += 1,
@@ -285,7 +310,23 @@ fn merge_intersection(a: &[String], b: &[String]) -> Vec<String> {
             }
         }
     }
-    out
+    out.into()
+}
+
+fn count_common(a: &[String], b: &[String]) -> usize {
+    let (mut i, mut j, mut n) = (0, 0, 0);
+    while i < a.len() && j < b.len() {
+        match a[i].cmp(&b[j]) {
+            Ordering::Less => i += 1,
+            Ordering::Greater => j += 1,
+            Ordering::Equal => {
+                n += 1;
+                i += 1;
+                j += 1;
+            }
+        }
+    }
+    n
 }
 
 fn has_common(a: &[String], b: &[String]) -> bool {
@@ -357,7 +398,7 @@ impl Requirements {
 
     /// Intersects `req` into the set.
     pub fn add(&mut self, req: Requirement) {
-        match self.0.binary_search_by(|r| r.key.as_str().cmp(&req.key)) {
+        match self.0.binary_search_by(|r| (*r.key).cmp(&*req.key)) {
             Ok(i) => {
                 let merged = self.0[i].intersect(&req);
                 self.0[i] = merged;
@@ -368,7 +409,7 @@ impl Requirements {
 
     /// Sets the requirement on `req`'s key to `req`, whatever was there.
     pub fn replace(&mut self, req: Requirement) {
-        match self.0.binary_search_by(|r| r.key.as_str().cmp(&req.key)) {
+        match self.0.binary_search_by(|r| (*r.key).cmp(&*req.key)) {
             Ok(i) => self.0[i] = req,
             Err(i) => self.0.insert(i, req),
         }
@@ -383,7 +424,7 @@ impl Requirements {
 
     /// The requirement on `key`, if any.
     pub fn get(&self, key: &str) -> Option<&Requirement> {
-        self.0.binary_search_by(|r| r.key.as_str().cmp(key)).ok().map(|i| &self.0[i])
+        self.0.binary_search_by(|r| (*r.key).cmp(key)).ok().map(|i| &self.0[i])
     }
 
     /// Whether `key` is constrained.
@@ -393,7 +434,7 @@ impl Requirements {
 
     /// Removes the requirement on `key`.
     pub fn remove(&mut self, key: &str) -> Option<Requirement> {
-        self.0.binary_search_by(|r| r.key.as_str().cmp(key)).ok().map(|i| self.0.remove(i))
+        self.0.binary_search_by(|r| (*r.key).cmp(key)).ok().map(|i| self.0.remove(i))
     }
 
     /// Every requirement, sorted by key.
@@ -425,12 +466,13 @@ impl Requirements {
         match self.first_incompatible(incoming, may_be_undefined) {
             None => Ok(()),
             Some((r, None)) => Err(Incompatible {
-                key: r.key.clone(),
+                key: r.key.to_string(),
                 reason: format!("label {:?} does not exist (requires {r})", r.key),
             }),
-            Some((r, Some(mine))) => {
-                Err(Incompatible { key: r.key.clone(), reason: format!("requires {r}, but the node offers {mine}") })
-            }
+            Some((r, Some(mine))) => Err(Incompatible {
+                key: r.key.to_string(),
+                reason: format!("requires {r}, but the node offers {mine}"),
+            }),
         }
     }
 
@@ -462,7 +504,9 @@ impl Requirements {
     pub fn intersects(&self, other: &Self) -> Result<(), Incompatible> {
         match self.first_disjoint(other) {
             None => Ok(()),
-            Some((a, b)) => Err(Incompatible { key: a.key.clone(), reason: format!("requires {b}, but offers {a}") }),
+            Some((a, b)) => {
+                Err(Incompatible { key: a.key.to_string(), reason: format!("requires {b}, but offers {a}") })
+            }
         }
     }
 
@@ -493,7 +537,7 @@ impl Requirements {
 
     /// The labels these requirements pin to a single value.
     pub fn single_values(&self) -> impl Iterator<Item = (&str, &str)> {
-        self.0.iter().filter_map(|r| r.single().map(|v| (r.key.as_str(), v)))
+        self.0.iter().filter_map(|r| r.single().map(|v| (&*r.key, v)))
     }
 
     /// As API requirements.
@@ -568,6 +612,28 @@ mod tests {
         assert_eq!(range.intersect(&Requirement::is_in("k", ["1", "3", "x"])).values(), ["3"]);
         assert!(!a.intersects(&Requirement::is_in("k", ["z"])));
         assert!(a.intersects(&n));
+    }
+
+    /// Intersections that leave one side's values as they were (a subset, nothing excluded, `Exists`) give
+    /// that side's values; the others build new ones.
+    #[test]
+    fn intersections_that_keep_a_side_give_its_values() {
+        let abc = Requirement::is_in("k", ["a", "b", "c"]);
+        let ab = Requirement::is_in("k", ["b", "a"]);
+        assert_eq!(abc.intersect(&ab).values(), ["a", "b"]);
+        assert_eq!(ab.intersect(&abc).values(), ["a", "b"]);
+        assert_eq!(abc.intersect(&abc), abc);
+        assert_eq!(abc.intersect(&Requirement::not_in("k", ["z"])).values(), ["a", "b", "c"]);
+        assert_eq!(Requirement::exists("k").intersect(&abc), abc);
+        let excluded = Requirement::not_in("k", ["x", "y"]);
+        assert_eq!(Requirement::exists("k").intersect(&excluded).values(), ["x", "y"]);
+        assert_eq!(excluded.intersect(&Requirement::exists("k")).values(), ["x", "y"]);
+        assert_eq!(excluded.intersect(&Requirement::not_in("k", ["w", "y"])).values(), ["w", "x", "y"]);
+        // Bounds drop the exclusions they already rule out.
+        let bounded =
+            Requirement::new("k", Operator::Gte, &v(&["2"])).intersect(&Requirement::not_in("k", ["1", "3", "x"]));
+        assert_eq!(bounded.values(), ["3"]);
+        assert!(bounded.has("2") && !bounded.has("3") && !bounded.has("1"));
     }
 
     #[test]
