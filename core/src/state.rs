@@ -987,11 +987,11 @@ impl ClusterState {
     }
 
     /// Pods bound to a live node, with the node's name, for topology counts.
-    pub fn bound_pods(&self) -> Vec<(Arc<PodInfo>, String)> {
+    pub fn bound_pods(&self) -> Vec<(Arc<PodInfo>, &str)> {
         self.nodes
             .iter()
             .filter(|n| !n.deleting)
-            .flat_map(|n| n.pods.iter().map(move |i| (&self.pods[*i], n.name.clone())))
+            .flat_map(|n| n.pods.iter().map(move |i| (&self.pods[*i], n.name.as_str())))
             .filter(|(p, _)| !p.terminal)
             .map(|(p, n)| (p.info.clone(), n))
             .collect()

@@ -278,10 +278,15 @@ impl<'a> Simulator<'a> {
         off_on_demand: bool,
         ceiling: Option<f64>,
     ) -> Results {
-        let names: Vec<&str> = cands.iter().map(|c| c.node.as_str()).collect();
         let bases = self.bases();
-        let mut sim =
-            if consolidating { bases.settled.without_nodes(&names) } else { bases.base.without_nodes(&names) };
+        let from = if consolidating { &bases.settled } else { &bases.base };
+        // The bases hold the state's nodes in its order: a candidate's index finds its node.
+        let at: Option<Vec<usize>> =
+            cands.iter().map(|c| (from.node_name(c.index) == Some(c.node.as_str())).then_some(c.index)).collect();
+        let mut sim = match at {
+            Some(at) => from.without_nodes_at(&at),
+            None => from.without_nodes(&cands.iter().map(|c| c.node.as_str()).collect::<Vec<_>>()),
+        };
         if off_on_demand {
             // A lease reclaim: the replacement runs on spot or on owned (reserved) capacity, never on
             // another on-demand node.

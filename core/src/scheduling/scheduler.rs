@@ -1,10 +1,11 @@
 //! The scheduler: existing nodes first, then claims opened earlier in the pass, then new claims from
 //! NodePools by weight.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Taint;
+use rustc_hash::FxHashMap;
 use serde::Serialize;
 
 use super::daemon::{DaemonPod, daemon_overhead};
@@ -294,7 +295,7 @@ struct Fit {
 }
 
 /// Claims by the single value they are pinned to on one key (`None`: still open), least loaded first.
-type DomainIndex = HashMap<Option<String>, BTreeSet<(usize, usize)>>;
+type DomainIndex = FxHashMap<Option<String>, BTreeSet<(usize, usize)>>;
 
 /// Merges sets of `(load, claim)` in ascending order, lazily: searches usually stop at the first entry.
 struct MergeByLoad<'a> {
@@ -467,10 +468,10 @@ pub struct Scheduler {
     by_load: BTreeSet<(usize, usize)>,
     /// For hostname anti-affinity and hostname spread groups: the claims that can still take a pod the
     /// group selects, least loaded first. Pods with such a constraint search these instead of every claim.
-    free: HashMap<usize, BTreeSet<(usize, usize)>>,
+    free: FxHashMap<usize, BTreeSet<(usize, usize)>>,
     /// For topology keys other than the hostname: claims by the single domain they are pinned to (`None`:
     /// still open), least loaded first. Pods allowed only some domains search these.
-    by_domain: HashMap<String, DomainIndex>,
+    by_domain: FxHashMap<String, DomainIndex>,
     topology: Topology,
     options: SchedulerOptions,
     prefer_no_schedule: bool,
@@ -479,10 +480,10 @@ pub struct Scheduler {
 impl Scheduler {
     /// Prepares a pass: pools (tried by weight, heaviest first), existing nodes (tried in order), pods
     /// already bound (for topology counts, with their node's name) and DaemonSet pods (for overhead).
-    pub fn new(
+    pub fn new<'n>(
         pools: Vec<PoolInput>,
         nodes: Vec<ExistingNode>,
-        bound: Vec<(Arc<PodInfo>, String)>,
+        bound: impl IntoIterator<Item = (Arc<PodInfo>, &'n str)>,
         daemons: &[DaemonPod],
         options: SchedulerOptions,
     ) -> Self {
@@ -542,24 +543,28 @@ impl Scheduler {
             || nodes.iter().any(|n| n.info.taints.iter().any(|t| t.effect == "PreferNoSchedule"));
         // Topology shares each node's view with the scheduler: for all of its pods and every group.
         let existing: Vec<Arc<NodeView>> = nodes.iter().map(|n| Arc::clone(&n.info)).collect();
-        let mut bound_nodes: HashMap<&str, Arc<NodeView>> =
+        let bound_nodes: FxHashMap<&str, Arc<NodeView>> =
             existing.iter().map(|n| (n.name.as_str(), Arc::clone(n))).collect();
         let mut topology = Topology::new(universe, existing.clone());
-        for (pod, node) in &bound {
-            let shared = bound_nodes.entry(node.as_str()).or_insert_with(|| {
-                let labels = Arc::new(BTreeMap::from([(labels::HOSTNAME.to_owned(), node.clone())]));
-                let reqs = Arc::new(Requirements::from_labels(&*labels));
-                Arc::new(NodeView { name: node.clone(), labels, reqs, taints: Vec::new() })
-            });
-            topology.add_bound(Arc::clone(pod), Arc::clone(shared));
+        let mut unknown: FxHashMap<String, Arc<NodeView>> = FxHashMap::default();
+        for (pod, node) in bound {
+            let shared = match bound_nodes.get(node) {
+                Some(view) => view,
+                None => unknown.entry(node.to_owned()).or_insert_with(|| {
+                    let labels = Arc::new(BTreeMap::from([(labels::HOSTNAME.to_owned(), node.to_owned())]));
+                    let reqs = Arc::new(Requirements::from_labels(&*labels));
+                    Arc::new(NodeView { name: node.to_owned(), labels, reqs, taints: Vec::new() })
+                }),
+            };
+            topology.add_bound(pod, Arc::clone(shared));
         }
         Self {
             pools: built,
             nodes,
             claims: Vec::new(),
             by_load: BTreeSet::new(),
-            free: HashMap::new(),
-            by_domain: HashMap::new(),
+            free: FxHashMap::default(),
+            by_domain: FxHashMap::default(),
             topology,
             options,
             prefer_no_schedule,
@@ -599,6 +604,25 @@ impl Scheduler {
             s.topology.remove_node(name);
         }
         s
+    }
+
+    /// As [`Scheduler::without_nodes`], for the existing nodes at `indexes` (in the order they were given to
+    /// [`Scheduler::new`]): no name is looked for among the nodes.
+    #[must_use]
+    pub fn without_nodes_at(&self, indexes: &[usize]) -> Self {
+        let mut s = self.clone();
+        for &i in indexes {
+            let Some(n) = s.nodes.get_mut(i) else { continue };
+            Arc::make_mut(n).accepts_pods = false;
+            let info = Arc::clone(&n.info);
+            s.topology.remove_node(&info.name);
+        }
+        s
+    }
+
+    /// The name of the `index`th existing node (in the order they were given to [`Scheduler::new`]).
+    pub fn node_name(&self, index: usize) -> Option<&str> {
+        self.nodes.get(index).map(|n| n.info.name.as_str())
     }
 
     /// Takes `room` from the `index`th existing node's available resources (in the order the nodes were
@@ -655,8 +679,8 @@ impl Scheduler {
             nodes: Vec::new(),
             claims: Vec::new(),
             by_load: BTreeSet::new(),
-            free: HashMap::new(),
-            by_domain: HashMap::new(),
+            free: FxHashMap::default(),
+            by_domain: FxHashMap::default(),
             topology: Topology::default(),
             options: SchedulerOptions::default(),
             prefer_no_schedule: false,
@@ -754,7 +778,7 @@ impl Scheduler {
             });
         }
         let mut relax = vec![Relaxation::default(); pods.len()];
-        let mut errors: HashMap<usize, String> = HashMap::new();
+        let mut errors: FxHashMap<usize, String> = FxHashMap::default();
         let mut pending = order;
         loop {
             let mut failed = Vec::new();
@@ -1261,8 +1285,8 @@ impl Scheduler {
         }
     }
 
-    fn finish(self, pods: &[Arc<PodInfo>], failed: Vec<usize>, errors: HashMap<usize, String>) -> Results {
-        let mut reserved: HashMap<String, u32> = HashMap::new();
+    fn finish(self, pods: &[Arc<PodInfo>], failed: Vec<usize>, errors: FxHashMap<usize, String>) -> Results {
+        let mut reserved: FxHashMap<String, u32> = FxHashMap::default();
         for pool in &self.pools {
             for te in pool.types.iter() {
                 for o in &te.it.offerings {
@@ -1279,7 +1303,7 @@ impl Scheduler {
             let mut reqs = claim.reqs.clone();
             let (launch, names, types, worst_case_price, daemon_overhead) = {
                 let filter = OfferFilter::new(&reqs, ceiling);
-                let usable = |o: &Offering, reserved: &HashMap<String, u32>| {
+                let usable = |o: &Offering, reserved: &FxHashMap<String, u32>| {
                     filter.ok(o)
                         && o.reservation_id.as_ref().is_none_or(|id| reserved.get(id).copied().unwrap_or(0) > 0)
                 };
@@ -1436,7 +1460,7 @@ fn build_pool(input: PoolInput, daemons: &[DaemonPod]) -> Pool {
         })
         .collect();
     let all_keys = label_keys(input.instance_types.iter());
-    let mut overhead_cache: HashMap<Vec<Option<String>>, Resources> = HashMap::new();
+    let mut overhead_cache: FxHashMap<Vec<Option<String>>, Resources> = FxHashMap::default();
     let daemon_keys: BTreeSet<String> = compatible_daemons
         .iter()
         .flat_map(|d| d.alternatives.iter().flat_map(|a| a.iter().map(|r| r.key().to_owned())))

@@ -183,7 +183,7 @@ fn anti_affinity_of_running_pods_keeps_matching_pods_away() {
     let r = Scheduler::new(
         vec![input(NodePool::new("default", NodePoolSpec::default()), sized_catalog(4))],
         vec![node],
-        vec![(bound.into(), "n1".into())],
+        vec![(bound.into(), "n1")],
         &[],
         SchedulerOptions::default(),
     )
@@ -529,8 +529,7 @@ fn node_taints_policy_honor_ignores_pods_on_untolerated_nodes() {
         json!({"topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone", "whenUnsatisfiable": "DoNotSchedule",
             "nodeTaintsPolicy": policy, "labelSelector": {"matchLabels": {"app": "web"}}}]})
     };
-    let bound =
-        |i: usize| (pod_with(&format!("old-{i}"), "1", json!({}), json!({"app": "web"})).into(), "tainted".to_owned());
+    let bound = |i: usize| (pod_with(&format!("old-{i}"), "1", json!({}), json!({"app": "web"})).into(), "tainted");
     let zone_for = |policy: &str| {
         let p = pod_with("new", "1", spread(policy), json!({"app": "web"}));
         let r = Scheduler::new(
@@ -627,10 +626,10 @@ fn topology_spread_honours_match_label_keys() {
             "whenUnsatisfiable": "DoNotSchedule", "labelSelector": {"matchLabels": {"app": "web"}}, "matchLabelKeys": keys}]})
     };
     let run = |keys: serde_json::Value| {
-        let old: Vec<(Arc<PodInfo>, String)> = (0..2)
+        let old: Vec<(Arc<PodInfo>, &str)> = (0..2)
             .map(|i| {
                 let p = pod_with(&format!("old-{i}"), "500m", spread(keys.clone()), json!({"app": "web", "rev": "1"}));
-                (Arc::new(p), "n-a".to_owned())
+                (Arc::new(p), "n-a")
             })
             .collect();
         let new = pod_with("new-0", "500m", spread(keys), json!({"app": "web", "rev": "2"}));
@@ -665,7 +664,7 @@ fn pod_anti_affinity_honours_an_empty_namespace_selector() {
         }))
         .unwrap();
         other.spec.as_mut().unwrap().node_name = Some("n-a".into());
-        let bound = vec![(Arc::new(PodInfo::from_pod(&other).unwrap()), "n-a".to_owned())];
+        let bound = vec![(Arc::new(PodInfo::from_pod(&other).unwrap()), "n-a")];
         let pod = pod_with(
             "app",
             "500m",
@@ -692,7 +691,7 @@ fn existing_nodes_are_judged_by_their_domains() {
     let mut unlabelled = zone_node("n-none", "zone-a");
     unlabelled.labels = Arc::new([(labels::HOSTNAME.to_owned(), "n-none".to_owned())].into());
     let nodes = || vec![unlabelled.clone(), zone_node("n-a", "zone-a"), zone_node("n-b", "zone-b")];
-    let solve_on = |bound: Vec<(Arc<PodInfo>, String)>, pod: PodInfo| {
+    let solve_on = |bound: Vec<(Arc<PodInfo>, &str)>, pod: PodInfo| {
         Scheduler::new(
             vec![input(NodePool::new("default", NodePoolSpec::default()), sized_catalog(4))],
             nodes(),
@@ -706,14 +705,14 @@ fn existing_nodes_are_judged_by_their_domains() {
     let db = || Arc::new(pod_with("db", "1", json!({}), json!({"app": "db"})));
     let affine = json!({"affinity": {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
         {"topologyKey": "topology.kubernetes.io/zone", "labelSelector": {"matchLabels": {"app": "db"}}}]}}});
-    let r = solve_on(vec![(db(), "n-b".into())], pod_with("api", "1", affine, json!({"app": "api"})));
+    let r = solve_on(vec![(db(), "n-b")], pod_with("api", "1", affine, json!({"app": "api"})));
     assert_eq!(landed(&r), ["n-b"], "the first nodes hold no db pod in their zone, or have no zone");
     let spread = json!({"topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone",
         "whenUnsatisfiable": "DoNotSchedule", "labelSelector": {"matchLabels": {"app": "web"}}}]});
     let web = |name: &str| Arc::new(pod_with(name, "1", spread.clone(), json!({"app": "web"})));
-    let r = solve_on(vec![(web("web-0"), "n-a".into())], pod_with("web-1", "1", spread.clone(), json!({"app": "web"})));
+    let r = solve_on(vec![(web("web-0"), "n-a")], pod_with("web-1", "1", spread.clone(), json!({"app": "web"})));
     assert_eq!(landed(&r), ["n-b"], "zone-a is one ahead of zone-b");
-    let bound = vec![(web("web-0"), "n-a".into()), (web("web-1"), "n-b".into())];
+    let bound = vec![(web("web-0"), "n-a"), (web("web-1"), "n-b")];
     let r = solve_on(bound, pod_with("web-2", "1", spread.clone(), json!({"app": "web"})));
     assert!(landed(&r).is_empty(), "the pool's zones with no web pod yet set the minimum at zero");
     let zone = r.claims[0].requirements.get(labels::ZONE).unwrap();
@@ -726,10 +725,8 @@ fn existing_nodes_are_judged_by_their_domains() {
 fn registered_pods_solve_as_looked_up_pods_do() {
     let spread = json!({"topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone",
         "whenUnsatisfiable": "DoNotSchedule", "labelSelector": {"matchLabels": {"app": "web"}}}]});
-    let bound: Vec<(Arc<PodInfo>, String)> = (0..3)
-        .map(|i| {
-            (Arc::new(pod_with(&format!("old-{i}"), "1", spread.clone(), json!({"app": "web"}))), "n-a".to_owned())
-        })
+    let bound: Vec<(Arc<PodInfo>, &str)> = (0..3)
+        .map(|i| (Arc::new(pod_with(&format!("old-{i}"), "1", spread.clone(), json!({"app": "web"}))), "n-a"))
         .collect();
     let pods: Vec<Arc<PodInfo>> =
         (0..4).map(|i| Arc::new(pod_with(&format!("web-{i}"), "1", spread.clone(), json!({"app": "web"})))).collect();
@@ -792,4 +789,37 @@ fn a_resolved_term_is_hashed_afresh() {
     assert_eq!(resolved.topology[0], listed_term);
     assert_eq!(hasher.hash_one(&resolved.topology[0]), hasher.hash_one(&listed_term));
     assert_ne!(hasher.hash_one(&resolved.topology[0]), before);
+}
+
+/// Removing nodes by position does what removing them by name does: they take no pods and their pods stop
+/// counting for topology.
+#[test]
+fn nodes_removed_by_position_are_gone_as_by_name() {
+    let spread = json!({"topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone",
+        "whenUnsatisfiable": "DoNotSchedule", "labelSelector": {"matchLabels": {"app": "web"}}}]});
+    let bound: Vec<(Arc<PodInfo>, &str)> = (0..2)
+        .map(|i| (Arc::new(pod_with(&format!("old-{i}"), "1", spread.clone(), json!({"app": "web"}))), "n-a"))
+        .collect();
+    let base = Scheduler::new(
+        vec![input(NodePool::new("default", NodePoolSpec::default()), sized_catalog(8))],
+        vec![zone_node("n-a", "zone-a"), zone_node("n-b", "zone-b")],
+        bound,
+        &[],
+        SchedulerOptions::default(),
+    );
+    assert_eq!((base.node_name(0), base.node_name(1), base.node_name(2)), (Some("n-a"), Some("n-b"), None));
+    let pods = || {
+        (0..3).map(|i| Arc::new(pod_with(&format!("web-{i}"), "1", spread.clone(), json!({"app": "web"})))).collect()
+    };
+    let placed = |r: Results| {
+        let mut on: Vec<(String, usize)> = r.existing.iter().map(|p| (p.node.clone(), p.pods.len())).collect();
+        on.sort();
+        (on, r.claims.len(), r.unschedulable.len())
+    };
+    let by_position = placed(base.without_nodes_at(&[0]).solve_shared(pods()));
+    assert_eq!(by_position, placed(base.without_nodes(&["n-a"]).solve_shared(pods())));
+    assert!(by_position.0.iter().all(|(node, _)| node == "n-b"), "n-a takes nothing: {by_position:?}");
+    // Without n-a's two pods, zone-a no longer leads, so web pods may land in zone-b at once.
+    assert!(!by_position.0.is_empty(), "{by_position:?}");
+    assert_ne!(by_position, placed(base.clone().solve_shared(pods())));
 }
