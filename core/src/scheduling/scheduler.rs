@@ -865,7 +865,7 @@ impl Scheduler {
         let mut first_fit: Option<(usize, Fit)> = None;
         let hostname_groups: Vec<usize> = groups.iter().copied().filter(|g| self.topology.is_hostname(*g)).collect();
         let hostname_inverse: Vec<usize> = inverse.iter().copied().filter(|g| self.topology.is_hostname(*g)).collect();
-        let domain_filters: Vec<(&str, DomainFilter)> = groups
+        let domain_filters: Vec<(&str, DomainFilter<'_>)> = groups
             .iter()
             .enumerate()
             .filter_map(|(i, g)| {
@@ -887,7 +887,7 @@ impl Scheduler {
                     DomainFilter::Allow(domains) => self.by_domain.get(*key).map(|index| {
                         domains
                             .iter()
-                            .map(|d| Some(d.clone()))
+                            .map(|d| Some((*d).to_owned()))
                             .chain(std::iter::once(None))
                             .filter_map(|d| index.get(&d))
                             .collect()

@@ -78,19 +78,19 @@ impl Group {
 
 /// The domains a constraint allows or forbids, whatever the target.
 #[derive(Debug, Clone)]
-pub(crate) enum DomainFilter {
+pub(crate) enum DomainFilter<'a> {
     /// Only these domains.
-    Allow(Vec<String>),
+    Allow(Vec<&'a str>),
     /// Any domain but these.
-    Block(Vec<String>),
+    Block(Vec<&'a str>),
 }
 
-impl DomainFilter {
+impl DomainFilter<'_> {
     /// Whether `domain` passes.
     pub(crate) fn admits(&self, domain: &str) -> bool {
         match self {
-            Self::Allow(d) => d.iter().any(|x| x == domain),
-            Self::Block(d) => !d.iter().any(|x| x == domain),
+            Self::Allow(d) => d.iter().any(|x| *x == domain),
+            Self::Block(d) => !d.iter().any(|x| *x == domain),
         }
     }
 }
@@ -614,7 +614,7 @@ impl Topology {
         pod: &PodInfo,
         pod_reqs: &Requirements,
         memo: &PlacementMemo,
-    ) -> Option<DomainFilter> {
+    ) -> Option<DomainFilter<'_>> {
         let g = &self.groups[gid];
         if g.term.key == labels::HOSTNAME {
             return None;
@@ -623,23 +623,27 @@ impl Topology {
             TopologyKind::Spread => {
                 let self_count = i32::from(memo.selects(i, g, pod));
                 let min = memo.spread_min(i, || self.spread_min(g, pod_reqs));
-                let mut known: BTreeSet<&String> = g.domains.iter().collect();
-                known.extend(g.counts.keys());
-                Some(DomainFilter::Allow(
-                    known.into_iter().filter(|d| g.count(d) + self_count - min <= g.term.max_skew).cloned().collect(),
-                ))
+                let admitted = |d: &&String| g.count(d) + self_count - min <= g.term.max_skew;
+                let mut allow: Vec<&str> = g.domains.iter().filter(admitted).map(String::as_str).collect();
+                let counted_only = g.counts.keys().filter(|d| !g.domains.contains(*d));
+                let before = allow.len();
+                allow.extend(counted_only.filter(admitted).map(String::as_str));
+                if allow.len() > before {
+                    allow.sort_unstable();
+                }
+                Some(DomainFilter::Allow(allow))
             }
             TopologyKind::Affinity => {
                 if g.total == 0 && memo.selects(i, g, pod) {
                     None
                 } else {
                     Some(DomainFilter::Allow(
-                        g.counts.iter().filter(|(_, c)| **c > 0).map(|(d, _)| d.clone()).collect(),
+                        g.counts.iter().filter(|(_, c)| **c > 0).map(|(d, _)| d.as_str()).collect(),
                     ))
                 }
             }
             TopologyKind::AntiAffinity => {
-                Some(DomainFilter::Block(g.counts.iter().filter(|(_, c)| **c > 0).map(|(d, _)| d.clone()).collect()))
+                Some(DomainFilter::Block(g.counts.iter().filter(|(_, c)| **c > 0).map(|(d, _)| d.as_str()).collect()))
             }
         }
     }
