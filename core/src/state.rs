@@ -691,6 +691,8 @@ impl ClusterState {
         let (mut state, by_name) = Self::with_nodes(nodes, claims, pdbs, pools, storage, now, cache)?;
         let read = |pod: &Pod| Ok::<_, StateError>((Arc::new(PodInfo::from_pod(pod)?), PodFacts::of(pod)));
         cache.pods.begin_round();
+        let pods = pods.into_iter();
+        state.pods.reserve(pods.size_hint().0);
         for pod_ref in pods {
             let pod = pod_ref.object();
             let (info, facts) = cache.pods.try_get(pod_ref.as_shared(), || read(pod))?;

@@ -110,8 +110,8 @@ pub enum LifecycleError {
 /// is written again on the next pass.
 #[derive(Debug, Default)]
 pub struct PodEvents {
-    /// Each bound pod's node, and the pass that last saw the binding.
-    bound: HashMap<String, (String, u64)>,
+    /// Each bound pod's node, and the pass that last saw the binding (looked up for every pod, every pass).
+    bound: rustc_hash::FxHashMap<String, (String, u64)>,
     /// Nodes whose claim's stamp did not land, to stamp again.
     unstamped: BTreeSet<String>,
     pass: u64,
