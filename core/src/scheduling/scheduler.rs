@@ -732,13 +732,7 @@ impl Scheduler {
         let groups: Vec<&PodGroups> = match known {
             Some(known) => known,
             None => {
-                let terms: Vec<Vec<usize>> = pods.iter().map(|p| self.term_groups(p)).collect();
-                let known = self.topology.len();
-                looked_up = terms
-                    .into_iter()
-                    .zip(&pods)
-                    .map(|(terms, p)| PodGroups { terms, selecting: self.topology.selecting(p), known })
-                    .collect();
+                looked_up = self.register(pods.iter().map(|p| &**p));
                 looked_up.iter().collect()
             }
         };

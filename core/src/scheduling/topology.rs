@@ -89,8 +89,8 @@ impl DomainFilter<'_> {
     /// Whether `domain` passes.
     pub(crate) fn admits(&self, domain: &str) -> bool {
         match self {
-            Self::Allow(d) => d.iter().any(|x| *x == domain),
-            Self::Block(d) => !d.iter().any(|x| *x == domain),
+            Self::Allow(d) => d.contains(&domain),
+            Self::Block(d) => !d.contains(&domain),
         }
     }
 }
