@@ -118,6 +118,12 @@ impl Requirement {
         self.complement
     }
 
+    /// Whether intersecting `other` into `self` would leave `self` as it is because both are the same
+    /// `In` set (an `In` set is its own intersection); a cheap test that never builds the intersection.
+    pub fn absorbs_same(&self, other: &Self) -> bool {
+        !self.complement && self.gte.is_none() && self.lte.is_none() && self == other
+    }
+
     /// The concrete values (for a complement, the excluded values).
     pub fn values(&self) -> &[String] {
         &self.values
@@ -634,6 +640,27 @@ mod tests {
             Requirement::new("k", Operator::Gte, &v(&["2"])).intersect(&Requirement::not_in("k", ["1", "3", "x"]));
         assert_eq!(bounded.values(), ["3"]);
         assert!(bounded.has("2") && !bounded.has("3") && !bounded.has("1"));
+    }
+
+    #[test]
+    fn an_in_set_absorbs_only_itself() {
+        let mut abc = Requirement::is_in("k", ["a", "b", "c"]);
+        abc.set_min_values(Some(2));
+        let mut reqs: Requirements = [abc.clone()].into_iter().collect();
+        let before = reqs.clone();
+        // Absorbing means adding it changes nothing.
+        assert!(abc.absorbs_same(&abc.clone()));
+        reqs.add(abc.clone());
+        assert_eq!(reqs, before);
+        let narrower = Requirement::is_in("k", ["a", "b"]);
+        assert!(!abc.absorbs_same(&narrower));
+        assert!(!abc.absorbs_same(&Requirement::is_in("k", ["a", "b", "c"])), "the floor differs");
+        assert!(!abc.absorbs_same(&Requirement::is_in("j", ["a", "b", "c"])));
+        // Complements and bounds are never taken for unchanged, however equal.
+        let excluded = Requirement::not_in("k", ["x"]);
+        assert!(!excluded.absorbs_same(&excluded.clone()));
+        let bounded = Requirement::new("k", Operator::Gte, &v(&["2"]));
+        assert!(!bounded.absorbs_same(&bounded.clone()));
     }
 
     #[test]

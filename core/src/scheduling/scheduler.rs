@@ -1066,7 +1066,9 @@ impl Scheduler {
             let domain_of =
                 |k: &str| if k == labels::HOSTNAME { Domain::Claim(index) } else { Domain::Open(current.get(k)) };
             let narrowed = self.topology.check(pod, &cons.strict, groups, inverse, &domain_of, memo)?;
-            if !narrowed.is_empty() {
+            // Narrowing a claim to the domain it is already pinned to (every pod after its first) changes
+            // nothing: no copy of its requirements to find that out.
+            if !narrowed.iter().all(|n| current.get(n.key()).is_some_and(|c| c.absorbs_same(n))) {
                 let mut r = reqs.take().unwrap_or_else(|| claim.reqs.clone());
                 for n in narrowed {
                     r.add(n);

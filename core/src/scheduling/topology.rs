@@ -503,12 +503,12 @@ impl Topology {
             }
             let own =
                 |req: &Requirement| narrowed.iter().find(|r| r.key() == key).map_or(req.clone(), |n| n.intersect(req));
-            let candidates: Vec<String> = match domain_of(key) {
+            let candidates: Vec<&str> = match domain_of(key) {
                 Domain::Claim(_) => Vec::new(),
                 Domain::Open(r) => {
-                    let mut c: Vec<String> = match r {
-                        Some(r) if !r.is_complement() => r.values().to_vec(),
-                        _ => g.domains.iter().filter(|d| r.is_none_or(|r| r.has(d))).cloned().collect(),
+                    let mut c: Vec<&str> = match r {
+                        Some(r) if !r.is_complement() => r.values().iter().map(String::as_str).collect(),
+                        _ => g.domains.iter().filter(|d| r.is_none_or(|r| r.has(d))).map(String::as_str).collect(),
                     };
                     if let Some(n) = narrowed.iter().find(|r| r.key() == key) {
                         c.retain(|d| n.has(d));
@@ -516,18 +516,22 @@ impl Topology {
                     c
                 }
             };
-            let allowed: Vec<String> = match g.term.kind {
+            let allowed: Vec<&str> = match g.term.kind {
                 TopologyKind::Spread => {
                     let self_count = i32::from(memo.selects(i, g, pod));
                     let min = memo.spread_min(i, || self.spread_min(g, pod_reqs));
-                    let mut ok: Vec<&String> =
-                        candidates.iter().filter(|d| g.count(d) + self_count - min <= g.term.max_skew).collect();
-                    // Pin the emptiest domain, as kube-scheduler would fill it first.
-                    ok.sort_by_key(|d| (g.count(d), (*d).clone()));
-                    ok.into_iter().take(1).cloned().collect()
+                    // Pin the emptiest domain (the first by name among equals), as kube-scheduler would fill
+                    // it first.
+                    candidates
+                        .iter()
+                        .copied()
+                        .filter(|d| g.count(d) + self_count - min <= g.term.max_skew)
+                        .min_by_key(|d| (g.count(d), *d))
+                        .into_iter()
+                        .collect()
                 }
                 TopologyKind::Affinity => {
-                    let with_pods: Vec<String> = candidates.iter().filter(|d| g.count(d) > 0).cloned().collect();
+                    let with_pods: Vec<&str> = candidates.iter().copied().filter(|d| g.count(d) > 0).collect();
                     if !with_pods.is_empty() {
                         with_pods
                     } else if g.total == 0 && g.selects(pod) {
