@@ -102,6 +102,29 @@ pub struct Simulator<'a> {
     /// The pools single-node consolidation did not reach before it ran out of time, when it did; `None`
     /// when it found a command (the previous pass's record stands).
     unseen_pools: Option<BTreeSet<String>>,
+    /// The nodes whose reason for staying nobody reads this pass ([`Simulator::with_unread`]).
+    unread: &'a dyn Fn(&str) -> bool,
+}
+
+/// Every reason is read unless the caller says otherwise.
+fn every_reason_read(_: &str) -> bool {
+    false
+}
+
+/// Why a spot candidate stays when the simulation stopped at the first pod that needs a new node.
+pub(super) const NEEDS_A_NEW_SPOT_NODE: &str =
+    "its pods need a new node, and spot-to-spot consolidation is disabled (feature gate SpotToSpotConsolidation)";
+
+/// Whether nothing `pod` requires of its node (node selector, each required and preferred term, and the
+/// keys of its topology terms) narrows the capacity type away from spot.
+fn allows_spot(pod: &PodInfo) -> bool {
+    let spot = |r: &crate::scheduling::Requirements| {
+        r.get(labels::CAPACITY_TYPE).is_none_or(|r| r.has(CapacityType::Spot.as_str()))
+    };
+    spot(&pod.node_selector)
+        && pod.required_terms.iter().all(spot)
+        && pod.preferred_terms.iter().all(|(_, r)| spot(r))
+        && pod.all_terms().all(|t| t.key != labels::CAPACITY_TYPE)
 }
 
 /// The shared bases of a pass's simulations.
@@ -223,7 +246,17 @@ impl<'a> Simulator<'a> {
             split_attempts: 0,
             booting,
             unseen_pools: None,
+            unread: &every_reason_read,
         }
+    }
+
+    /// Says which nodes' reasons nobody reads this pass (the operator's `Unconsolidatable` event about them
+    /// is still silenced). Single-node consolidation may turn such a candidate down as soon as its answer
+    /// is known, with a shorter reason; what it decides is the same.
+    #[must_use]
+    pub fn with_unread(mut self, unread: &'a dyn Fn(&str) -> bool) -> Self {
+        self.unread = unread;
+        self
     }
 
     /// The shared bases: every node (with the room pending pods will take subtracted) and the candidates'
@@ -278,6 +311,34 @@ impl<'a> Simulator<'a> {
         off_on_demand: bool,
         ceiling: Option<f64>,
     ) -> Results {
+        let (sim, pods, groups) = self.prepare(cands, consolidating, off_on_demand, ceiling);
+        let results = match groups {
+            Some(groups) => sim.solve_registered(pods, groups),
+            None => sim.solve_shared(pods),
+        };
+        self.keep_off_booting(results)
+    }
+
+    /// As [`Simulator::simulate`] for one candidate while consolidating, unless one of its pods would need
+    /// a new node: then `None`, the simulation stopped there.
+    fn simulate_unless_claim(&self, c: &Candidate) -> Option<Results> {
+        let (sim, pods, groups) = self.prepare(&[c], true, false, None);
+        let results = match groups {
+            Some(groups) => sim.solve_registered_unless_claim(pods, groups)?,
+            None => sim.solve_shared(pods),
+        };
+        Some(self.keep_off_booting(results))
+    }
+
+    /// A simulation's scheduler (a base without the candidates) and the candidates' pods with their
+    /// registered groups (`None` when some pod was not registered).
+    fn prepare(
+        &self,
+        cands: &[&Candidate],
+        consolidating: bool,
+        off_on_demand: bool,
+        ceiling: Option<f64>,
+    ) -> (Scheduler, Vec<Arc<PodInfo>>, Option<Vec<&PodGroups>>) {
         let bases = self.bases();
         let from = if consolidating { &bases.settled } else { &bases.base };
         // The bases hold the state's nodes in its order: a candidate's index finds its node.
@@ -302,10 +363,12 @@ impl<'a> Simulator<'a> {
         }
         let indexes = cands.iter().flat_map(|c| c.pods.iter().copied());
         let pods: Vec<Arc<PodInfo>> = indexes.clone().map(|i| Arc::clone(&self.pods[i])).collect();
-        let mut results = match indexes.map(|i| bases.groups[i].as_ref()).collect::<Option<Vec<_>>>() {
-            Some(groups) => sim.solve_registered(pods, groups),
-            None => sim.solve_shared(pods),
-        };
+        let groups = indexes.map(|i| bases.groups[i].as_ref()).collect::<Option<Vec<_>>>();
+        (sim, pods, groups)
+    }
+
+    /// `results` with the pods placed on nodes still booting turned unschedulable.
+    fn keep_off_booting(&self, mut results: Results) -> Results {
         // A candidate's pods may not count on a node that is not initialized and Ready: deleting a node on
         // the promise of capacity still booting moves its pods onto room that other pods are waiting for.
         let (settled, booting): (Vec<_>, Vec<_>) =
@@ -608,7 +671,9 @@ impl<'a> Simulator<'a> {
                 notes.push(Blocked { node: c.node.clone(), reason });
                 continue;
             }
-            match self.consolidate(&[c], false) {
+            let outcome =
+                if (self.unread)(&c.node) { self.consolidate_unread(c) } else { self.consolidate(&[c], false) };
+            match outcome {
                 Ok(cmd) => return (vec![cmd], notes),
                 Err(reason) => notes.push(Blocked { node: c.node.clone(), reason }),
             }
@@ -626,8 +691,42 @@ impl<'a> Simulator<'a> {
     /// Whether `cands` can go: delete when their pods fit the rest of the fleet, replace when one cheaper
     /// claim (or, with the split fallback, several under the candidate's price) takes what does not.
     pub fn consolidate(&mut self, cands: &[&Candidate], multi: bool) -> Result<Command, String> {
-        let price: f64 = cands.iter().map(|c| c.price).sum();
         let r = self.simulate(cands, true, false, None);
+        self.conclude(cands, multi, r)
+    }
+
+    /// Single-node consolidation of `c` when nobody reads why it stays. A spot candidate that only a
+    /// delete can move (its pods and every claim stay open to spot, spot-to-spot replacement is disabled,
+    /// no split applies) stays as soon as one of its pods needs a new node, whatever the others do: any
+    /// claim makes a replacement, and with none allowed the answer is already known. The simulation stops
+    /// there; a simulation that needs no new node is the same one [`Simulator::consolidate`] runs, and
+    /// concludes as it does. Any other candidate is simulated in full.
+    fn consolidate_unread(&mut self, c: &Candidate) -> Result<Command, String> {
+        if !self.only_a_delete_moves(c) {
+            return self.consolidate(&[c], false);
+        }
+        match self.simulate_unless_claim(c) {
+            Some(r) => self.conclude(&[c], false, r),
+            None => Err(NEEDS_A_NEW_SPOT_NODE.into()),
+        }
+    }
+
+    /// Whether the only command single-node consolidation can give `c` is a delete: a spot node with
+    /// spot-to-spot consolidation disabled and no split to try, whose replacement could only be spot (its
+    /// pods, its pools and their offerings all leave spot open).
+    fn only_a_delete_moves(&self, c: &Candidate) -> bool {
+        let s = self.settings();
+        let no_split = !s.consolidation_split_fallback || s.max_consolidation_replacements < 2 || c.pods.len() < 2;
+        c.capacity_type == Some(CapacityType::Spot)
+            && !s.feature_gates.spot_to_spot_consolidation()
+            && no_split
+            && c.pods.iter().all(|i| allows_spot(&self.pods[*i]))
+            && self.bases().settled.claims_stay_spot_capable()
+    }
+
+    /// What a consolidation simulation `r` of `cands` comes to: a delete, a replace, a split, or why not.
+    fn conclude(&mut self, cands: &[&Candidate], multi: bool, r: Results) -> Result<Command, String> {
+        let price: f64 = cands.iter().map(|c| c.price).sum();
         if let Some(u) = r.unschedulable.first() {
             return Err(format!("pod {} cannot be rescheduled: {}", u.pod, u.reason));
         }

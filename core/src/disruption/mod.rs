@@ -185,21 +185,24 @@ pub fn compute(inputs: &Inputs<'_>) -> Pass {
 
 /// A pass over candidates already found by [`candidates`], with the nodes they left out and why.
 pub fn compute_from(inputs: &Inputs<'_>, cands: Vec<Candidate>, blocked: Vec<Blocked>) -> Pass {
-    compute_with(inputs, cands, blocked, &BTreeSet::new())
+    compute_with(inputs, cands, blocked, &BTreeSet::new(), &|_| false)
 }
 
 /// As [`compute_from`], single-node consolidation taking the pools of `unseen` first: those a previous
 /// pass's single-node sweep ran out of time before reaching ([`Pass::unseen_pools`]). Each consolidation
 /// method has its own timeout (`multi-node-consolidation-timeout`, `single-node-consolidation-timeout`),
-/// counted from its own start.
+/// counted from its own start. `unread` names the nodes whose reason for staying nobody will read (see
+/// [`Simulator::with_unread`]): their reasons in [`Pass::unconsolidatable`] may be shorter;
+/// the commands are the same.
 pub fn compute_with(
     inputs: &Inputs<'_>,
     cands: Vec<Candidate>,
     mut blocked: Vec<Blocked>,
     unseen: &BTreeSet<String>,
+    unread: &dyn Fn(&str) -> bool,
 ) -> Pass {
     let filtered = blocked.iter().map(|b| b.node.clone()).collect();
-    let mut sim = Simulator::new(inputs, &cands);
+    let mut sim = Simulator::new(inputs, &cands).with_unread(unread);
     let mut stats = PassStats { evaluations: Vec::new(), eligible: PassStats::eligible(&cands) };
     for method in [
         Method::Emptiness,

@@ -580,13 +580,15 @@ impl Controller {
     }
 
     /// Advances the controller to `inputs.now`. `inputs.state` should already carry the queue's marks
-    /// ([`Queue::apply`]).
+    /// ([`Queue::apply`]). `unread` names the nodes whose reason for staying nobody will read this pass
+    /// ([`super::compute_with`]).
     pub async fn tick(
         &mut self,
         inputs: &Inputs<'_>,
         cluster: &dyn Cluster,
         nominations: &mut Nominations,
         name_for: &mut dyn FnMut(&str) -> String,
+        unread: &dyn Fn(&str) -> bool,
     ) -> Vec<Event> {
         let now = inputs.now;
         let mut events: Vec<Event> =
@@ -654,7 +656,7 @@ impl Controller {
         if self.quiet.is_some_and(|(d, at)| d == digest && clock::since(now, at) < super::QUIET_RECHECK) {
             return events;
         }
-        let pass = super::compute_with(inputs, cands, blocked, &self.unseen_pools);
+        let pass = super::compute_with(inputs, cands, blocked, &self.unseen_pools, unread);
         if let Some(unseen) = &pass.unseen_pools {
             self.unseen_pools.clone_from(unseen);
         }
@@ -788,7 +790,7 @@ mod tests {
                 *seq += 1;
                 format!("{pool}-r{seq}")
             };
-            self.controller.tick(&inputs, &self.api, &mut self.nominations, &mut name_for).await
+            self.controller.tick(&inputs, &self.api, &mut self.nominations, &mut name_for, &|_| false).await
         }
 
         fn provision(&mut self, nominations: &mut Nominations, now: Timestamp) -> usize {

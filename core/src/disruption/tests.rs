@@ -106,6 +106,16 @@ impl Fleet {
         self.pass_with(&Settings::default())
     }
 
+    /// A pass as the operator runs it, `unread` naming the nodes whose reasons nobody reads.
+    fn pass_unread(&self, settings: &Settings, unread: &dyn Fn(&str) -> bool) -> Pass {
+        let state = self.state();
+        let types = self.types.clone();
+        let types_for = move |_: &NodePool| types.clone();
+        let inputs = Inputs { state: &state, types_for: &types_for, settings, now: now() };
+        let (cands, blocked) = candidates(&state, &types_for, now());
+        compute_with(&inputs, cands, blocked, &Default::default(), unread)
+    }
+
     /// Single-node consolidation alone, as the walk of the first worked example.
     fn single(&self, settings: &Settings) -> (Vec<Command>, Vec<Blocked>) {
         let state = self.state();
@@ -314,6 +324,63 @@ fn pdbs_and_do_not_disrupt_block_and_say_so() {
         .node("n4", "gpu", "g5.2xlarge", "us-east-1a", OnDemand)
         .pod("done", "n4", "1", 0, json!({"annotations": {TRAINING: "1h"}}));
     assert!(elapsed.pass().unconsolidatable.iter().all(|b| !b.reason.contains("do-not-disrupt")));
+}
+
+/// A reason nobody reads (the node's event is still silenced) is not worked out in full, and nothing it
+/// decides changes: a spot node that only a delete could move stops simulating at the first pod that needs a
+/// new node; one whose pods fit elsewhere is deleted as before; with reserved capacity in its pool (a launch
+/// there is no spot replacement) it is simulated in full.
+#[test]
+fn unread_reasons_change_no_decision() {
+    use CapacityType::*;
+    let types = vec![itype("big", 16, 0, &[("a", Spot, 1.0)]), itype("small", 4, 0, &[("a", Spot, 0.2)])];
+    let settings = Settings::default();
+    let reasons = |pass: &Pass| -> Vec<(String, String)> {
+        pass.unconsolidatable.iter().map(|b| (b.node.clone(), b.reason.clone())).collect()
+    };
+    let commands = |pass: &Pass| serde_json::to_value(&pass.commands).unwrap();
+
+    // Neither pod fits the other node: each needs a new spot node, which spot-to-spot consolidation (off)
+    // would have to approve.
+    let full = Fleet { types: types.clone(), ..Default::default() }
+        .pool("spot", json!({}))
+        .node("s1", "spot", "big", "a", Spot)
+        .pod("p1", "s1", "10", 0, json!({}))
+        .node("s2", "spot", "big", "a", Spot)
+        .pod("p2", "s2", "10", 0, json!({}));
+    let read = full.pass_unread(&settings, &|_| false);
+    assert!(read.commands.is_empty());
+    assert!(reasons(&read).iter().all(|(_, r)| r.contains("spot-to-spot consolidation is disabled")), "{read:?}");
+    let unread = full.pass_unread(&settings, &|n| n == "s1");
+    assert!(unread.commands.is_empty());
+    assert_eq!(
+        reasons(&unread),
+        [("s1".to_owned(), super::consolidation::NEEDS_A_NEW_SPOT_NODE.to_owned()), reasons(&read)[1].clone()]
+    );
+
+    // s2's pod fits on s1: deleted, whoever reads the reasons.
+    let room = Fleet { types: types.clone(), ..Default::default() }
+        .pool("spot", json!({}))
+        .node("s1", "spot", "big", "a", Spot)
+        .pod("p1", "s1", "10", 0, json!({}))
+        .node("s2", "spot", "small", "a", Spot)
+        .pod("p2", "s2", "1", 0, json!({}));
+    let read = room.pass_unread(&settings, &|_| false);
+    assert_eq!(read.commands.len(), 1);
+    assert_eq!(read.commands[0].decision, Decision::Delete);
+    assert_eq!(commands(&room.pass_unread(&settings, &|_| true)), commands(&read));
+
+    // A reservation in the pool: a claim could launch on it as reserved capacity, so the full reason.
+    let mut reserved = types;
+    let mut offering = Offering::new("a", Reserved, 0.5);
+    offering.reservation_id = Some("r-1".into());
+    offering.reservation_capacity = Some(1);
+    reserved[1].offerings.push(offering);
+    let full = Fleet { types: reserved, ..full };
+    let read = full.pass_unread(&settings, &|_| false);
+    let unread = full.pass_unread(&settings, &|_| true);
+    assert_eq!(commands(&unread), commands(&read));
+    assert_eq!(reasons(&unread), reasons(&read));
 }
 
 #[test]

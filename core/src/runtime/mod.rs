@@ -153,6 +153,19 @@ struct RecentEvents {
 const RECENT_EVENTS_SWEEP: usize = 4096;
 
 impl RecentEvents {
+    /// Whether an event about `object` of `kind` with `reason` would not go out now ([`RecentEvents::admit`]
+    /// would turn it down), without recording anything.
+    fn silenced(
+        &self,
+        kind: &'static str,
+        object: &str,
+        reason: &'static str,
+        dedupe: Duration,
+        now: Timestamp,
+    ) -> bool {
+        self.at.get(&(kind, object.to_owned(), reason)).is_some_and(|at| clock::since(now, *at) < dedupe)
+    }
+
     /// Whether an event about `object` of `kind` with `reason` goes out now; records it if so.
     fn admit(
         &mut self,
@@ -171,11 +184,10 @@ impl RecentEvents {
                 self.sweeps += 1;
             }
         }
-        let key = (kind, object.to_owned(), reason);
-        if self.at.get(&key).is_some_and(|at| clock::since(now, *at) < dedupe) {
+        if self.silenced(kind, object, reason, dedupe, now) {
             return false;
         }
-        self.at.insert(key, now);
+        self.at.insert((kind, object.to_owned(), reason), now);
         true
     }
 }
@@ -825,7 +837,20 @@ impl Runtime {
         let inputs = crate::disruption::Inputs { state: &state, types_for: &types_for, settings: &self.settings, now };
         let names = &mut self.names;
         let mut name_for = |pool: &str| names(pool);
-        let events = self.disruption.tick(&inputs, cluster, &mut self.nominations, &mut name_for).await;
+        // A node whose `Unconsolidatable` events (on it and on its claim) are still silenced gets none from
+        // this pass whatever its reason says: single-node consolidation need not work out the reason.
+        let claims: HashMap<&str, &str> = snapshot
+            .claims
+            .values()
+            .filter_map(|c| Some((c.status.as_ref()?.node_name.as_deref()?, c.name())))
+            .collect();
+        let recent = &self.recent;
+        let silenced = |kind: &'static str, object: &str| {
+            recent.silenced(kind, object, "Unconsolidatable", UNCONSOLIDATABLE_DEDUPE, now)
+        };
+        let unread =
+            |node: &str| silenced("Node", node) && claims.get(node).is_none_or(|claim| silenced("NodeClaim", claim));
+        let events = self.disruption.tick(&inputs, cluster, &mut self.nominations, &mut name_for, &unread).await;
         for e in events {
             match &e {
                 Event::Reboot { node, claim } => self.reboot(cluster, &snapshot, node, claim).await,
@@ -985,6 +1010,27 @@ mod tests {
     use crate::clock::Clock;
     use crate::cloud::fake::FakeCloud;
     use crate::cluster::InMemoryApi;
+
+    /// `silenced` answers what `admit` would, and records nothing: disruption passes ask it which nodes'
+    /// reasons will go unread.
+    #[test]
+    fn silenced_events_are_those_admit_turns_down() {
+        let start: Timestamp = "2026-03-04T12:00:00Z".parse().unwrap();
+        let mut recent = RecentEvents::default();
+        let silenced = |recent: &RecentEvents, kind, at| {
+            recent.silenced(kind, "n-1", "Unconsolidatable", UNCONSOLIDATABLE_DEDUPE, at)
+        };
+        assert!(!silenced(&recent, "Node", start));
+        assert!(!silenced(&recent, "Node", start), "asking records nothing");
+        assert!(recent.admit("Node", "n-1", "Unconsolidatable", UNCONSOLIDATABLE_DEDUPE, start));
+        let inside = clock::add(start, UNCONSOLIDATABLE_DEDUPE - Duration::from_secs(1));
+        assert!(silenced(&recent, "Node", inside));
+        assert!(!recent.admit("Node", "n-1", "Unconsolidatable", UNCONSOLIDATABLE_DEDUPE, inside));
+        assert!(!silenced(&recent, "NodeClaim", inside), "each kind has its own window");
+        let after = clock::add(start, UNCONSOLIDATABLE_DEDUPE);
+        assert!(!silenced(&recent, "Node", after));
+        assert!(recent.admit("Node", "n-1", "Unconsolidatable", UNCONSOLIDATABLE_DEDUPE, after));
+    }
 
     /// Many events live at once (a fleet of thousands of nodes, each reported unconsolidatable) are swept
     /// a few times in all, not on every admission; an event past every window is forgotten by a sweep and

@@ -475,6 +475,11 @@ pub struct Scheduler {
     topology: Topology,
     options: SchedulerOptions,
     prefer_no_schedule: bool,
+    /// Set for a solve that only needs to know whether its pods fit the existing nodes: it stops at the
+    /// first pod that would open a claim ([`Scheduler::solve_registered_unless_claim`]).
+    stop_at_claim: bool,
+    /// Whether such a solve met a pod that would open a claim.
+    claim_wanted: bool,
 }
 
 impl Scheduler {
@@ -568,6 +573,8 @@ impl Scheduler {
             topology,
             options,
             prefer_no_schedule,
+            stop_at_claim: false,
+            claim_wanted: false,
         }
     }
 
@@ -618,6 +625,18 @@ impl Scheduler {
             s.topology.remove_node(&info.name);
         }
         s
+    }
+
+    /// Whether every claim this scheduler could open keeps `karpenter.sh/capacity-type` open to spot,
+    /// whatever its pods ask of other keys: every pool allows spot, no offering is a reservation (a launch
+    /// on one pins the claim to `reserved`) and no topology group is keyed on the capacity type (a
+    /// constraint there narrows the claims it places).
+    pub fn claims_stay_spot_capable(&self) -> bool {
+        let spot = CapacityType::Spot.as_str();
+        self.pools.iter().all(|p| {
+            p.reqs.get(labels::CAPACITY_TYPE).is_none_or(|r| r.has(spot))
+                && p.types.iter().all(|t| t.it.offerings.iter().all(|o| o.reservation_id.is_none()))
+        }) && (0..self.topology.len()).all(|g| self.topology.key(g) != labels::CAPACITY_TYPE)
     }
 
     /// The name of the `index`th existing node (in the order they were given to [`Scheduler::new`]).
@@ -684,6 +703,8 @@ impl Scheduler {
             topology: Topology::default(),
             options: SchedulerOptions::default(),
             prefer_no_schedule: false,
+            stop_at_claim: false,
+            claim_wanted: false,
         }
     }
 
@@ -705,12 +726,31 @@ impl Scheduler {
         self.solve_ordered(pods, Some(groups), true)
     }
 
-    fn solve_ordered(
+    /// As [`Scheduler::solve_registered`], unless some pod would open a claim: then it stops there and
+    /// answers `None`. A solve that opens no claim is the same solve whichever way it is asked for, so
+    /// `Some` holds exactly what [`Scheduler::solve_registered`] would return; `None` says only that its
+    /// results would hold at least one claim (claims are never given up once opened).
+    pub fn solve_registered_unless_claim(
+        mut self,
+        pods: Vec<Arc<PodInfo>>,
+        groups: Vec<&PodGroups>,
+    ) -> Option<Results> {
+        self.stop_at_claim = true;
+        self.solve_until_claim(pods, Some(groups), true)
+    }
+
+    fn solve_ordered(self, pods: Vec<Arc<PodInfo>>, known: Option<Vec<&PodGroups>>, largest_first: bool) -> Results {
+        // Only a scheduler told to stop at a claim stops short.
+        self.solve_until_claim(pods, known, largest_first).unwrap_or_default()
+    }
+
+    /// The solve; `None` when `stop_at_claim` is set and a pod would open a claim.
+    fn solve_until_claim(
         mut self,
         pods: Vec<Arc<PodInfo>>,
         known: Option<Vec<&PodGroups>>,
         largest_first: bool,
-    ) -> Results {
+    ) -> Option<Results> {
         let mut pods = pods;
         let known = known.filter(|k| {
             !self.options.ignore_preferences
@@ -778,7 +818,11 @@ impl Scheduler {
             let mut failed = Vec::new();
             let before = pending.len();
             for i in pending {
-                match self.place(&pods, i, term_groups[i], selecting[i], &mut relax[i]) {
+                let placed = self.place(&pods, i, term_groups[i], selecting[i], &mut relax[i]);
+                if self.claim_wanted {
+                    return None;
+                }
+                match placed {
                     Ok(()) => {
                         errors.remove(&i);
                     }
@@ -797,7 +841,7 @@ impl Scheduler {
         }
         // Marginal-cost pools: a bounded search for a cheaper packing of the claims they opened.
         self.improve_marginal_cost(&pods, &selecting);
-        self.finish(&pods, pending, errors)
+        Some(self.finish(&pods, pending, errors))
     }
 
     fn place(
@@ -931,6 +975,12 @@ impl Scheduler {
         let mut reasons = Vec::new();
         for p in 0..self.pools.len() {
             match self.new_claim(p, pod, cons, groups, &inverse, &memo) {
+                Ok(_) if self.stop_at_claim => {
+                    // No claim is open before the first (a solve told to stop stops at it), so nothing
+                    // below could have taken the pod instead.
+                    self.claim_wanted = true;
+                    return Ok(());
+                }
                 Ok((claim, fit)) => {
                     if let Some((delta, c, _)) = &best_marginal {
                         let open_price = self.price_of(

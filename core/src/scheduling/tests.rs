@@ -765,6 +765,55 @@ fn registered_pods_solve_as_looked_up_pods_do() {
     assert_eq!(stale, shape(&later.solve_shared(pods)), "stale groups are looked up again");
 }
 
+/// A solve told to stop at the first claim answers exactly what the full solve does while no pod needs a
+/// claim, and `None` once one does (the full solve then buys at least one).
+#[test]
+fn a_solve_stopped_at_a_claim_is_the_full_solve_until_then() {
+    let pods = |n: usize| -> Vec<Arc<PodInfo>> {
+        (0..n).map(|i| Arc::new(pod_with(&format!("p-{i}"), "1", json!({}), json!({"app": "web"})))).collect()
+    };
+    let mut base = Scheduler::new(
+        vec![input(NodePool::new("default", NodePoolSpec::default()), sized_catalog(8))],
+        vec![zone_node("n-a", "zone-a"), zone_node("n-b", "zone-b")],
+        Vec::<(Arc<PodInfo>, &str)>::new(),
+        &[],
+        SchedulerOptions::default(),
+    );
+    assert!(base.claims_stay_spot_capable());
+    let existing = |r: &Results| -> Vec<(String, Vec<String>)> {
+        r.existing.iter().map(|p| (p.node.clone(), p.pods.clone())).collect()
+    };
+    // Room on the nodes for 16 one-CPU pods (ten pods a node at most).
+    for (n, fits) in [(12, true), (21, false)] {
+        let pods = pods(n);
+        let groups = base.register(pods.iter().map(|p| &**p));
+        let full = base.clone().solve_registered(pods.clone(), groups.iter().collect());
+        let stopped = base.clone().solve_registered_unless_claim(pods, groups.iter().collect());
+        assert_eq!(full.claims.is_empty(), fits);
+        match stopped {
+            Some(r) => {
+                assert!(fits, "{n} pods need a claim");
+                assert_eq!(existing(&r), existing(&full));
+                assert!(r.claims.is_empty() && r.unschedulable.is_empty());
+            }
+            None => assert!(!fits, "{n} pods fit the nodes"),
+        }
+    }
+    // Claims that could not be spot: an on-demand pool.
+    let on_demand: NodePool =
+        serde_json::from_value(json!({"metadata": {"name": "od"}, "spec": {"template": {"spec": {
+        "requirements": [{"key": labels::CAPACITY_TYPE, "operator": "In", "values": ["on-demand"]}]}}}}))
+        .unwrap();
+    let od = Scheduler::new(
+        vec![input(on_demand, sized_catalog(8))],
+        vec![],
+        Vec::<(Arc<PodInfo>, &str)>::new(),
+        &[],
+        SchedulerOptions::default(),
+    );
+    assert!(!od.claims_stay_spot_capable());
+}
+
 /// A term keeps its hash once computed; resolving a `namespaceSelector` changes the term, and the resolved
 /// term finds the group an equal term built resolved would.
 #[test]
