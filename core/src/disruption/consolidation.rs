@@ -115,6 +115,9 @@ fn every_reason_read(_: &str) -> bool {
 pub(super) const NEEDS_A_NEW_SPOT_NODE: &str =
     "its pods need a new node, and spot-to-spot consolidation is disabled (feature gate SpotToSpotConsolidation)";
 
+/// Why a candidate stays when the simulation stopped at a new node that could cost no less than it.
+pub(super) const NEEDS_A_DEARER_NODE: &str = "its pods need a new node, and none would cost less than it";
+
 /// Whether nothing `pod` requires of its node (node selector, each required and preferred term, and the
 /// keys of its topology terms) narrows the capacity type away from spot.
 fn allows_spot(pod: &PodInfo) -> bool {
@@ -319,12 +322,13 @@ impl<'a> Simulator<'a> {
         self.keep_off_booting(results)
     }
 
-    /// As [`Simulator::simulate`] for one candidate while consolidating, unless one of its pods would need
-    /// a new node: then `None`, the simulation stopped there.
-    fn simulate_unless_claim(&self, c: &Candidate) -> Option<Results> {
+    /// As [`Simulator::simulate`] for one candidate while consolidating, unless the first new node its pods
+    /// need could launch for no less than `below`: then `None`, the simulation stopped there
+    /// ([`Scheduler::solve_registered_unless_claim`]).
+    fn simulate_unless_claim(&self, c: &Candidate, below: f64) -> Option<Results> {
         let (sim, pods, groups) = self.prepare(&[c], true, false, None);
         let results = match groups {
-            Some(groups) => sim.solve_registered_unless_claim(pods, groups)?,
+            Some(groups) => sim.solve_registered_unless_claim(pods, groups, below)?,
             None => sim.solve_shared(pods),
         };
         Some(self.keep_off_booting(results))
@@ -695,31 +699,40 @@ impl<'a> Simulator<'a> {
         self.conclude(cands, multi, r)
     }
 
-    /// Single-node consolidation of `c` when nobody reads why it stays. A spot candidate that only a
-    /// delete can move (its pods and every claim stay open to spot, spot-to-spot replacement is disabled,
-    /// no split applies) stays as soon as one of its pods needs a new node, whatever the others do: any
-    /// claim makes a replacement, and with none allowed the answer is already known. The simulation stops
-    /// there; a simulation that needs no new node is the same one [`Simulator::consolidate`] runs, and
-    /// concludes as it does. Any other candidate is simulated in full.
+    /// Single-node consolidation of `c` when nobody reads why it stays: the simulation stops at the first
+    /// new node its pods need once the answer is known to be "stays", and a simulation that does not stop
+    /// is the one [`Simulator::consolidate`] runs, concluded as it does. With no split to try (the only
+    /// command that takes several new nodes), the answer is known at the first new node when
+    /// - `c` is a spot node that only a delete can move ([`Simulator::only_a_delete_moves`]): any new node
+    ///   makes a replacement, and none is allowed;
+    /// - or none of that node's offerings costs less than `c`: a replacement must be priced below `c`
+    ///   (on spot, too, for the on-demand → spot retry), and the options and offerings left to the node
+    ///   only narrow as pods join it. Claims re-packed after the solve (a pool packing by marginal cost)
+    ///   need not be the first one, so then every candidate is simulated in full.
     fn consolidate_unread(&mut self, c: &Candidate) -> Result<Command, String> {
-        if !self.only_a_delete_moves(c) {
+        let s = self.settings();
+        let no_split = !s.consolidation_split_fallback || s.max_consolidation_replacements < 2 || c.pods.len() < 2;
+        let (below, reason) = if !no_split {
             return self.consolidate(&[c], false);
-        }
-        match self.simulate_unless_claim(c) {
+        } else if self.only_a_delete_moves(c) {
+            (f64::NEG_INFINITY, NEEDS_A_NEW_SPOT_NODE)
+        } else if !self.bases().settled.repacks_claims() {
+            (c.price, NEEDS_A_DEARER_NODE)
+        } else {
+            return self.consolidate(&[c], false);
+        };
+        match self.simulate_unless_claim(c, below) {
             Some(r) => self.conclude(&[c], false, r),
-            None => Err(NEEDS_A_NEW_SPOT_NODE.into()),
+            None => Err(reason.into()),
         }
     }
 
-    /// Whether the only command single-node consolidation can give `c` is a delete: a spot node with
-    /// spot-to-spot consolidation disabled and no split to try, whose replacement could only be spot (its
-    /// pods, its pools and their offerings all leave spot open).
+    /// Whether the only command single-node consolidation can give `c`, no split considered, is a delete:
+    /// a spot node with spot-to-spot consolidation disabled whose replacement could only be spot (its pods,
+    /// its pools and their offerings all leave spot open).
     fn only_a_delete_moves(&self, c: &Candidate) -> bool {
-        let s = self.settings();
-        let no_split = !s.consolidation_split_fallback || s.max_consolidation_replacements < 2 || c.pods.len() < 2;
         c.capacity_type == Some(CapacityType::Spot)
-            && !s.feature_gates.spot_to_spot_consolidation()
-            && no_split
+            && !self.settings().feature_gates.spot_to_spot_consolidation()
             && c.pods.iter().all(|i| allows_spot(&self.pods[*i]))
             && self.bases().settled.claims_stay_spot_capable()
     }

@@ -328,8 +328,9 @@ fn pdbs_and_do_not_disrupt_block_and_say_so() {
 
 /// A reason nobody reads (the node's event is still silenced) is not worked out in full, and nothing it
 /// decides changes: a spot node that only a delete could move stops simulating at the first pod that needs a
-/// new node; one whose pods fit elsewhere is deleted as before; with reserved capacity in its pool (a launch
-/// there is no spot replacement) it is simulated in full.
+/// new node; one whose pods fit elsewhere is deleted as before; an on-demand node stops at a first new node
+/// that costs as much as it does and is replaced as before by a cheaper one; with reserved capacity in the
+/// pool (cheaper than the node, and no spot replacement) the simulation runs in full.
 #[test]
 fn unread_reasons_change_no_decision() {
     use CapacityType::*;
@@ -370,17 +371,52 @@ fn unread_reasons_change_no_decision() {
     assert_eq!(read.commands[0].decision, Decision::Delete);
     assert_eq!(commands(&room.pass_unread(&settings, &|_| true)), commands(&read));
 
-    // A reservation in the pool: a claim could launch on it as reserved capacity, so the full reason.
+    // On demand, where only a cheaper node could replace it: stops at a first new node that costs as much
+    // (p1 needs `big` again), simulates on when a cheaper one is possible (p2 fits `small`).
+    let on_demand = vec![
+        itype("big", 16, 0, &[("a", OnDemand, 1.0)]),
+        itype("small", 4, 0, &[("a", OnDemand, 0.2), ("b", OnDemand, 2.0)]),
+    ];
+    let dear = Fleet { types: on_demand.clone(), ..Default::default() }
+        .pool("od", json!({}))
+        .node("o1", "od", "big", "a", OnDemand)
+        .pod("p1", "o1", "10", 0, json!({}));
+    let read = dear.pass_unread(&settings, &|_| false);
+    assert!(read.commands.is_empty());
+    assert!(reasons(&read)[0].1.contains("can't replace with a lower-priced node"), "{read:?}");
+    let unread = dear.pass_unread(&settings, &|_| true);
+    assert!(unread.commands.is_empty());
+    assert_eq!(reasons(&unread), [("o1".to_owned(), super::consolidation::NEEDS_A_DEARER_NODE.to_owned())]);
+    // `small` could launch for less in zone a, so the simulation runs on; priced at its worst (zone b) it is
+    // no cheaper, and the full reason stands.
+    let worst = Fleet { types: on_demand, ..Default::default() }
+        .pool("od", json!({}))
+        .node("o2", "od", "big", "a", OnDemand)
+        .pod("p2", "o2", "2", 0, json!({}));
+    let read = worst.pass_unread(&settings, &|_| false);
+    assert!(read.commands.is_empty());
+    assert_eq!(reasons(&worst.pass_unread(&settings, &|_| true)), reasons(&read));
+    // With `small` in zone a only, o2 is replaced, whoever reads the reasons.
+    let mut zone_a = worst.types.clone();
+    zone_a[1].offerings.truncate(1);
+    let cheaper = Fleet { types: zone_a, ..worst };
+    let read = cheaper.pass_unread(&settings, &|_| false);
+    assert_eq!(read.commands.len(), 1, "{read:?}");
+    assert_eq!(read.commands[0].decision, Decision::Replace);
+    assert_eq!(commands(&cheaper.pass_unread(&settings, &|_| true)), commands(&read));
+
+    // A cheaper reservation of `big` in the pool: the new node launches on it as reserved capacity, not
+    // spot, and replaces s1, whoever reads the reasons.
     let mut reserved = types;
     let mut offering = Offering::new("a", Reserved, 0.5);
     offering.reservation_id = Some("r-1".into());
     offering.reservation_capacity = Some(1);
-    reserved[1].offerings.push(offering);
+    reserved[0].offerings.insert(0, offering);
     let full = Fleet { types: reserved, ..full };
     let read = full.pass_unread(&settings, &|_| false);
-    let unread = full.pass_unread(&settings, &|_| true);
-    assert_eq!(commands(&unread), commands(&read));
-    assert_eq!(reasons(&unread), reasons(&read));
+    assert_eq!(read.commands.len(), 1, "{read:?}");
+    assert_eq!(read.commands[0].decision, Decision::Replace);
+    assert_eq!(commands(&full.pass_unread(&settings, &|_| true)), commands(&read));
 }
 
 #[test]

@@ -475,9 +475,10 @@ pub struct Scheduler {
     topology: Topology,
     options: SchedulerOptions,
     prefer_no_schedule: bool,
-    /// Set for a solve that only needs to know whether its pods fit the existing nodes: it stops at the
-    /// first pod that would open a claim ([`Scheduler::solve_registered_unless_claim`]).
-    stop_at_claim: bool,
+    /// Set for a solve asked only whether its pods can go without a claim that costs at least this much
+    /// ([`Scheduler::solve_registered_unless_claim`]): it stops at the first claim a pod opens, unless
+    /// that claim could launch for less. Cleared once that first claim is judged.
+    stop_at_claim: Option<f64>,
     /// Whether such a solve met a pod that would open a claim.
     claim_wanted: bool,
 }
@@ -573,7 +574,7 @@ impl Scheduler {
             topology,
             options,
             prefer_no_schedule,
-            stop_at_claim: false,
+            stop_at_claim: None,
             claim_wanted: false,
         }
     }
@@ -703,7 +704,7 @@ impl Scheduler {
             topology: Topology::default(),
             options: SchedulerOptions::default(),
             prefer_no_schedule: false,
-            stop_at_claim: false,
+            stop_at_claim: None,
             claim_wanted: false,
         }
     }
@@ -726,17 +727,28 @@ impl Scheduler {
         self.solve_ordered(pods, Some(groups), true)
     }
 
-    /// As [`Scheduler::solve_registered`], unless some pod would open a claim: then it stops there and
-    /// answers `None`. A solve that opens no claim is the same solve whichever way it is asked for, so
-    /// `Some` holds exactly what [`Scheduler::solve_registered`] would return; `None` says only that its
-    /// results would hold at least one claim (claims are never given up once opened).
+    /// As [`Scheduler::solve_registered`], unless the first claim a pod opens could launch for no less
+    /// than `below` (any first claim, at `f64::NEG_INFINITY`): then it stops there and answers `None`.
+    /// Up to that claim the solve is the one [`Scheduler::solve_registered`] runs, and past it (when the
+    /// claim could launch for less) it goes on as that one does, so `Some` holds exactly what
+    /// [`Scheduler::solve_registered`] returns. `None` says that its results would hold at least one claim
+    /// (claims are never given up once opened), and that if they hold only one, no offering its options
+    /// allow costs less than `below` (options and offerings only narrow as pods join a claim), unless
+    /// the claims are re-packed afterwards ([`Scheduler::repacks_claims`]).
     pub fn solve_registered_unless_claim(
         mut self,
         pods: Vec<Arc<PodInfo>>,
         groups: Vec<&PodGroups>,
+        below: f64,
     ) -> Option<Results> {
-        self.stop_at_claim = true;
+        self.stop_at_claim = Some(below);
         self.solve_until_claim(pods, Some(groups), true)
+    }
+
+    /// Whether a solve re-packs the claims it opened once every pod is placed (a pool packing by marginal
+    /// cost): the claims it returns are then not always the ones it opened.
+    pub fn repacks_claims(&self) -> bool {
+        self.pools.iter().any(|p| p.packing == Packing::MarginalCost)
     }
 
     fn solve_ordered(self, pods: Vec<Arc<PodInfo>>, known: Option<Vec<&PodGroups>>, largest_first: bool) -> Results {
@@ -744,7 +756,7 @@ impl Scheduler {
         self.solve_until_claim(pods, known, largest_first).unwrap_or_default()
     }
 
-    /// The solve; `None` when `stop_at_claim` is set and a pod would open a claim.
+    /// The solve; `None` when it stopped at a claim (`stop_at_claim`).
     fn solve_until_claim(
         mut self,
         pods: Vec<Arc<PodInfo>>,
@@ -975,13 +987,18 @@ impl Scheduler {
         let mut reasons = Vec::new();
         for p in 0..self.pools.len() {
             match self.new_claim(p, pod, cons, groups, &inverse, &memo) {
-                Ok(_) if self.stop_at_claim => {
-                    // No claim is open before the first (a solve told to stop stops at it), so nothing
-                    // below could have taken the pod instead.
-                    self.claim_wanted = true;
-                    return Ok(());
-                }
                 Ok((claim, fit)) => {
+                    if let Some(below) = self.stop_at_claim.take() {
+                        // The first claim of the solve (nothing else can have taken the pod: no claim was
+                        // open before it).
+                        let pool = &self.pools[p];
+                        let reqs = fit.reqs.as_ref().unwrap_or(&claim.reqs);
+                        let options = fit.options.as_deref().unwrap_or(&claim.options[fit.first..]);
+                        if !self.could_launch_below(pool, reqs, options, &pod.requests, below) {
+                            self.claim_wanted = true;
+                            return Ok(());
+                        }
+                    }
                     if let Some((delta, c, _)) = &best_marginal {
                         let open_price = self.price_of(
                             &self.pools[p],
@@ -1029,6 +1046,23 @@ impl Scheduler {
             reasons.push("no NodePool can launch nodes".into());
         }
         Err(reasons.join("; "))
+    }
+
+    /// Whether any offering of the `options` that fit `total` and that `reqs` allow costs less than `below`.
+    fn could_launch_below(
+        &self,
+        pool: &Pool,
+        reqs: &Requirements,
+        options: &[u32],
+        total: &Resources,
+        below: f64,
+    ) -> bool {
+        let filter = OfferFilter::new(reqs, self.options.price_ceiling);
+        options
+            .iter()
+            .map(|o| &pool.types[*o as usize])
+            .filter(|t| total.fits(&t.avail))
+            .any(|t| t.it.offerings.iter().any(|of| of.price < below && filter.ok(of)))
     }
 
     fn price_of(&self, pool: &Pool, reqs: &Requirements, options: &[u32], total: &Resources) -> Option<f64> {
