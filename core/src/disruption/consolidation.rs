@@ -10,7 +10,7 @@ use crate::cloud::{CapacityType, InstanceType};
 use crate::provisioning;
 use crate::resources::Resources;
 use crate::scheduling::{
-    ClaimPlan, ExistingNode, PodGroups, PodInfo, Requirement, Requirements, Results, Scheduler, offering_ok,
+    ClaimPlan, ExistingNode, PodGroups, PodInfo, Requirement, Requirements, Results, Scheduler, StopAt, offering_ok,
 };
 
 /// Balanced consolidation approves a move whose savings share is at least `1/K` of its disruption share.
@@ -115,8 +115,10 @@ fn every_reason_read(_: &str) -> bool {
 pub(super) const NEEDS_A_NEW_SPOT_NODE: &str =
     "its pods need a new node, and spot-to-spot consolidation is disabled (feature gate SpotToSpotConsolidation)";
 
-/// Why a candidate stays when the simulation stopped at a new node that could cost no less than it.
-pub(super) const NEEDS_A_DEARER_NODE: &str = "its pods need a new node, and none would cost less than it";
+/// Why a candidate stays when the simulation stopped at a new node that could cost no less than it, or at
+/// a second new node.
+pub(super) const NEEDS_A_DEARER_NODE: &str =
+    "its pods need a new node that would cost no less than it, or more than one new node";
 
 /// Whether nothing `pod` requires of its node (node selector, each required and preferred term, and the
 /// keys of its topology terms) narrows the capacity type away from spot.
@@ -322,13 +324,12 @@ impl<'a> Simulator<'a> {
         self.keep_off_booting(results)
     }
 
-    /// As [`Simulator::simulate`] for one candidate while consolidating, unless the first new node its pods
-    /// need could launch for no less than `below`: then `None`, the simulation stopped there
-    /// ([`Scheduler::solve_registered_unless_claim`]).
-    fn simulate_unless_claim(&self, c: &Candidate, below: f64) -> Option<Results> {
-        let (sim, pods, groups) = self.prepare(&[c], true, false, None);
+    /// As [`Simulator::simulate`] for candidates while consolidating, unless their pods open a new node
+    /// where `stop` says to stop: then `None` ([`Scheduler::solve_registered_unless`]).
+    fn simulate_unless(&self, cands: &[&Candidate], stop: StopAt) -> Option<Results> {
+        let (sim, pods, groups) = self.prepare(cands, true, false, None);
         let results = match groups {
-            Some(groups) => sim.solve_registered_unless_claim(pods, groups, below)?,
+            Some(groups) => sim.solve_registered_unless(pods, groups, stop)?,
             None => sim.solve_shared(pods),
         };
         Some(self.keep_off_booting(results))
@@ -623,7 +624,8 @@ impl<'a> Simulator<'a> {
                 break;
             }
             let mid = (lo + hi) / 2;
-            match self.consolidate(&pool[..mid], true) {
+            // Nobody reads why a prefix cannot go: only whether it can.
+            match self.consolidate_unread(&pool[..mid], true) {
                 Ok(cmd) if cmd.replacements.len() <= 1 => {
                     best = Some(cmd);
                     lo = mid + 1;
@@ -675,8 +677,11 @@ impl<'a> Simulator<'a> {
                 notes.push(Blocked { node: c.node.clone(), reason });
                 continue;
             }
-            let outcome =
-                if (self.unread)(&c.node) { self.consolidate_unread(c) } else { self.consolidate(&[c], false) };
+            let outcome = if (self.unread)(&c.node) {
+                self.consolidate_unread(&[c], false)
+            } else {
+                self.consolidate(&[c], false)
+            };
             match outcome {
                 Ok(cmd) => return (vec![cmd], notes),
                 Err(reason) => notes.push(Blocked { node: c.node.clone(), reason }),
@@ -699,41 +704,59 @@ impl<'a> Simulator<'a> {
         self.conclude(cands, multi, r)
     }
 
-    /// Single-node consolidation of `c` when nobody reads why it stays: the simulation stops at the first
-    /// new node its pods need once the answer is known to be "stays", and a simulation that does not stop
-    /// is the one [`Simulator::consolidate`] runs, concluded as it does. With no split to try (the only
-    /// command that takes several new nodes), the answer is known at the first new node when
-    /// - `c` is a spot node that only a delete can move ([`Simulator::only_a_delete_moves`]): any new node
-    ///   makes a replacement, and none is allowed;
-    /// - or none of that node's offerings costs less than `c`: a replacement must be priced below `c`
-    ///   (on spot, too, for the on-demand → spot retry), and the options and offerings left to the node
-    ///   only narrow as pods join it. Claims re-packed after the solve (a pool packing by marginal cost)
-    ///   need not be the first one, so then every candidate is simulated in full.
-    fn consolidate_unread(&mut self, c: &Candidate) -> Result<Command, String> {
-        let s = self.settings();
-        let no_split = !s.consolidation_split_fallback || s.max_consolidation_replacements < 2 || c.pods.len() < 2;
-        let (below, reason) = if !no_split {
-            return self.consolidate(&[c], false);
-        } else if self.only_a_delete_moves(c) {
-            (f64::NEG_INFINITY, NEEDS_A_NEW_SPOT_NODE)
-        } else if !self.bases().settled.repacks_claims() {
-            (c.price, NEEDS_A_DEARER_NODE)
-        } else {
-            return self.consolidate(&[c], false);
+    /// As [`Simulator::consolidate`] when nobody reads why `cands` stay: the simulation stops at a new
+    /// node its pods open once the answer is known to be "stays" ([`Simulator::stop_for`]), with a shorter
+    /// reason. A simulation that does not stop is the one [`Simulator::consolidate`] runs, concluded as it
+    /// does, so every command is the same.
+    pub(super) fn consolidate_unread(&mut self, cands: &[&Candidate], multi: bool) -> Result<Command, String> {
+        let Some((stop, reason)) = self.stop_for(cands, multi) else {
+            return self.consolidate(cands, multi);
         };
-        match self.simulate_unless_claim(c, below) {
-            Some(r) => self.conclude(&[c], false, r),
+        match self.simulate_unless(cands, stop) {
+            Some(r) => self.conclude(cands, multi, r),
             None => Err(reason.into()),
         }
     }
 
-    /// Whether the only command single-node consolidation can give `c`, no split considered, is a delete:
-    /// a spot node with spot-to-spot consolidation disabled whose replacement could only be spot (its pods,
-    /// its pools and their offerings all leave spot open).
-    fn only_a_delete_moves(&self, c: &Candidate) -> bool {
-        c.capacity_type == Some(CapacityType::Spot)
-            && !self.settings().feature_gates.spot_to_spot_consolidation()
-            && c.pods.iter().all(|i| allows_spot(&self.pods[*i]))
+    /// Where a simulation of `cands` may stop once the answer is known to be "stays", and the reason it
+    /// then gives; `None` when it must run in full. With a split to try (single-node, several pods, the
+    /// split fallback on) nothing is known at a new node. Otherwise the answer is known
+    /// - at any new node when only a delete can move them ([`Simulator::only_a_delete_moves`]);
+    /// - at a first new node none of whose offerings costs less than they do: a replacement must be
+    ///   priced below them (on spot too, for the on-demand → spot retry), and the options and offerings
+    ///   left to a node only narrow as pods join it;
+    /// - at a second new node: one replacement at most.
+    ///
+    /// The last two need the claims a solve returns to be the ones it opened: not when a pool packing by
+    /// marginal cost re-packs them.
+    fn stop_for(&self, cands: &[&Candidate], multi: bool) -> Option<(StopAt, &'static str)> {
+        let s = self.settings();
+        let split = !multi
+            && s.consolidation_split_fallback
+            && s.max_consolidation_replacements >= 2
+            && cands.len() == 1
+            && cands[0].pods.len() >= 2;
+        if split {
+            return None;
+        }
+        if self.only_a_delete_moves(cands) {
+            return Some((StopAt { first_claim_below: f64::NEG_INFINITY, second_claim: false }, NEEDS_A_NEW_SPOT_NODE));
+        }
+        if self.bases().settled.repacks_claims() {
+            return None;
+        }
+        let price = cands.iter().map(|c| c.price).sum();
+        Some((StopAt { first_claim_below: price, second_claim: true }, NEEDS_A_DEARER_NODE))
+    }
+
+    /// Whether the only command consolidation can give `cands`, no split considered, is a delete: spot
+    /// nodes with spot-to-spot consolidation disabled whose replacement could only be spot (their pods,
+    /// the pools and their offerings all leave spot open).
+    fn only_a_delete_moves(&self, cands: &[&Candidate]) -> bool {
+        !self.settings().feature_gates.spot_to_spot_consolidation()
+            && cands.iter().all(|c| {
+                c.capacity_type == Some(CapacityType::Spot) && c.pods.iter().all(|i| allows_spot(&self.pods[*i]))
+            })
             && self.bases().settled.claims_stay_spot_capable()
     }
 

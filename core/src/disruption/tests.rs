@@ -419,6 +419,92 @@ fn unread_reasons_change_no_decision() {
     assert_eq!(commands(&full.pass_unread(&settings, &|_| true)), commands(&read));
 }
 
+/// Whatever set of candidates is simulated, alone or together, on spot or on demand, with spot-to-spot
+/// consolidation on or off and the split fallback on or off, a simulation that may stop once the answer is
+/// "stays" decides as the full one does.
+#[test]
+fn stopping_early_decides_as_the_full_simulation() {
+    use CapacityType::*;
+    let types = vec![
+        itype("big", 16, 0, &[("a", Spot, 0.4), ("a", OnDemand, 1.0)]),
+        itype("mid", 8, 0, &[("a", Spot, 0.3), ("a", OnDemand, 0.5)]),
+        itype("small", 4, 0, &[("a", Spot, 0.1), ("a", OnDemand, 0.25)]),
+    ];
+    let mixed = |pool: Value| {
+        Fleet { types: types.clone(), ..Default::default() }
+            .pool("default", pool)
+            .node("n1", "default", "big", "a", OnDemand)
+            .pod("p1", "n1", "10", 0, json!({}))
+            .node("n2", "default", "big", "a", OnDemand)
+            .pod("p2", "n2", "3", 0, json!({}))
+            .pod("p2b", "n2", "2", 0, json!({}))
+            .node("n3", "default", "small", "a", OnDemand)
+            .pod("p3", "n3", "1", 0, json!({}))
+            .node("n4", "default", "big", "a", Spot)
+            .pod("p4", "n4", "12", 0, json!({}))
+            .node("n5", "default", "mid", "a", Spot)
+            .pod("p5", "n5", "2", 0, json!({}))
+            .pod("p5b", "n5", "3", 0, json!({}))
+            .node("n6", "default", "mid", "a", OnDemand)
+            .pod("p6", "n6", "7", 0, json!({}))
+    };
+    // The same fleet packing by marginal cost: claims re-packed after the solve.
+    let marginal =
+        mixed(json!({"metadata": {"annotations": {"karpenter.sh/nodeclaim-packing-policy": "marginal-cost"}}}));
+    // A node only a split can move: its two pods keep apart (hostname anti-affinity), and two cheaper
+    // nodes take them.
+    let mut split = Fleet {
+        types: vec![itype("big", 16, 0, &[("a", OnDemand, 1.0)]), itype("mid", 8, 0, &[("a", OnDemand, 0.3)])],
+        ..Default::default()
+    }
+    .pool("default", json!({}))
+    .node("n7", "default", "big", "a", OnDemand)
+    .pod("p7", "n7", "6", 0, json!({"labels": {"app": "apart"}}))
+    .pod("p7b", "n7", "6", 0, json!({"labels": {"app": "apart"}}));
+    for pod in &mut split.pods {
+        pod.spec.as_mut().unwrap().affinity = Some(
+            serde_json::from_value(json!({"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+                {"topologyKey": labels::HOSTNAME, "labelSelector": {"matchLabels": {"app": "apart"}}}]}}))
+            .unwrap(),
+        );
+    }
+    let verdict = |r: Result<Command, String>| r.map(|c| serde_json::to_value(&c).unwrap()).map_err(|_| ());
+    let mut stopped_differently = 0;
+    let mut splits = 0;
+    for fleet in [mixed(json!({})), marginal, split] {
+        let state = fleet.state();
+        let types = fleet.types.clone();
+        let types_for = move |_: &NodePool| types.clone();
+        let (cands, _) = candidates(&state, &types_for, now());
+        for flags in [
+            vec![],
+            vec![("FEATURE_GATES", "SpotToSpotConsolidation=true")],
+            vec![("CONSOLIDATION_SPLIT_FALLBACK", "true"), ("max-consolidation-replacements", "2")],
+        ] {
+            let settings = settings_with(&flags);
+            let inputs = Inputs { state: &state, types_for: &types_for, settings: &settings, now: now() };
+            let mut full = Simulator::new(&inputs, &cands);
+            let mut quick = Simulator::new(&inputs, &cands);
+            for mask in 1u32..(1 << cands.len()) {
+                let set: Vec<&Candidate> =
+                    (0..cands.len()).filter(|i| mask & (1 << i) != 0).map(|i| &cands[i]).collect();
+                for multi in [false, true] {
+                    if !multi && set.len() > 1 {
+                        continue;
+                    }
+                    let a = full.consolidate(&set, multi);
+                    let b = quick.consolidate_unread(&set, multi);
+                    stopped_differently += usize::from(matches!((&a, &b), (Err(x), Err(y)) if x != y));
+                    splits += usize::from(a.as_ref().is_ok_and(|c| c.replacements.len() > 1));
+                    assert_eq!(verdict(a), verdict(b), "{flags:?} {mask} multi {multi}");
+                }
+            }
+        }
+    }
+    assert!(splits > 0, "a split was tried");
+    assert!(stopped_differently > 0, "some simulation stopped early");
+}
+
 #[test]
 fn spot_to_spot_needs_the_gate_and_enough_cheaper_types() {
     use CapacityType::*;

@@ -220,6 +220,17 @@ pub struct PodGroups {
     known: usize,
 }
 
+/// Where a solve asked only whether its pods can go with at most one claim, priced below some bound, may
+/// stop ([`Scheduler::solve_registered_unless`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct StopAt {
+    /// Stop at the first claim unless some offering its options allow costs less than this
+    /// (`f64::NEG_INFINITY`: at any first claim).
+    pub first_claim_below: f64,
+    /// Stop at a second claim.
+    pub second_claim: bool,
+}
+
 /// The outcome of a pass.
 #[derive(Debug, Clone, Default)]
 pub struct Results {
@@ -475,10 +486,9 @@ pub struct Scheduler {
     topology: Topology,
     options: SchedulerOptions,
     prefer_no_schedule: bool,
-    /// Set for a solve asked only whether its pods can go without a claim that costs at least this much
-    /// ([`Scheduler::solve_registered_unless_claim`]): it stops at the first claim a pod opens, unless
-    /// that claim could launch for less. Cleared once that first claim is judged.
-    stop_at_claim: Option<f64>,
+    /// Set for a solve asked only whether its pods can go with at most one claim cheap enough
+    /// ([`Scheduler::solve_registered_unless`]).
+    stop_at_claim: Option<StopAt>,
     /// Whether such a solve met a pod that would open a claim.
     claim_wanted: bool,
 }
@@ -727,21 +737,21 @@ impl Scheduler {
         self.solve_ordered(pods, Some(groups), true)
     }
 
-    /// As [`Scheduler::solve_registered`], unless the first claim a pod opens could launch for no less
-    /// than `below` (any first claim, at `f64::NEG_INFINITY`): then it stops there and answers `None`.
-    /// Up to that claim the solve is the one [`Scheduler::solve_registered`] runs, and past it (when the
-    /// claim could launch for less) it goes on as that one does, so `Some` holds exactly what
-    /// [`Scheduler::solve_registered`] returns. `None` says that its results would hold at least one claim
-    /// (claims are never given up once opened), and that if they hold only one, no offering its options
-    /// allow costs less than `below` (options and offerings only narrow as pods join a claim), unless
-    /// the claims are re-packed afterwards ([`Scheduler::repacks_claims`]).
-    pub fn solve_registered_unless_claim(
+    /// As [`Scheduler::solve_registered`], unless a pod opens a claim where `stop` says to stop: the
+    /// first claim, when no offering its options allow costs less than `stop.first_claim_below`, or a
+    /// second one. Then it stops there and answers `None`. Until it stops the solve is the one
+    /// [`Scheduler::solve_registered`] runs, so `Some` holds exactly what that returns. `None` says that
+    /// its results would hold at least one claim (claims are never given up once opened), two when it
+    /// stopped at a second, and, if they hold only one, that no offering its options allow costs less than
+    /// the bound (options and offerings only narrow as pods join a claim). Claims re-packed after the solve
+    /// ([`Scheduler::repacks_claims`]) void the last two: only a stop at any first claim holds then.
+    pub fn solve_registered_unless(
         mut self,
         pods: Vec<Arc<PodInfo>>,
         groups: Vec<&PodGroups>,
-        below: f64,
+        stop: StopAt,
     ) -> Option<Results> {
-        self.stop_at_claim = Some(below);
+        self.stop_at_claim = Some(stop);
         self.solve_until_claim(pods, Some(groups), true)
     }
 
@@ -988,13 +998,17 @@ impl Scheduler {
         for p in 0..self.pools.len() {
             match self.new_claim(p, pod, cons, groups, &inverse, &memo) {
                 Ok((claim, fit)) => {
-                    if let Some(below) = self.stop_at_claim.take() {
-                        // The first claim of the solve (nothing else can have taken the pod: no claim was
-                        // open before it).
-                        let pool = &self.pools[p];
-                        let reqs = fit.reqs.as_ref().unwrap_or(&claim.reqs);
-                        let options = fit.options.as_deref().unwrap_or(&claim.options[fit.first..]);
-                        if !self.could_launch_below(pool, reqs, options, &pod.requests, below) {
+                    if let Some(stop) = self.stop_at_claim {
+                        let stop_here = if self.claims.is_empty() {
+                            // The first claim (nothing else could have taken the pod: no claim was open).
+                            let pool = &self.pools[p];
+                            let reqs = fit.reqs.as_ref().unwrap_or(&claim.reqs);
+                            let options = fit.options.as_deref().unwrap_or(&claim.options[fit.first..]);
+                            !self.could_launch_below(pool, reqs, options, &pod.requests, stop.first_claim_below)
+                        } else {
+                            stop.second_claim
+                        };
+                        if stop_here {
                             self.claim_wanted = true;
                             return Ok(());
                         }

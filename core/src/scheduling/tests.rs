@@ -788,7 +788,11 @@ fn a_solve_stopped_at_a_claim_is_the_full_solve_until_then() {
         let pods = pods(n);
         let groups = base.register(pods.iter().map(|p| &**p));
         let full = base.clone().solve_registered(pods.clone(), groups.iter().collect());
-        let stopped = base.clone().solve_registered_unless_claim(pods, groups.iter().collect(), f64::NEG_INFINITY);
+        let stopped = base.clone().solve_registered_unless(
+            pods,
+            groups.iter().collect(),
+            StopAt { first_claim_below: f64::NEG_INFINITY, second_claim: false },
+        );
         assert_eq!(full.claims.is_empty(), fits);
         match stopped {
             Some(r) => {
