@@ -744,7 +744,9 @@ impl Scheduler {
     /// its results would hold at least one claim (claims are never given up once opened), two when it
     /// stopped at a second, and, if they hold only one, that no offering its options allow costs less than
     /// the bound (options and offerings only narrow as pods join a claim). Claims re-packed after the solve
-    /// ([`Scheduler::repacks_claims`]) void the last two: only a stop at any first claim holds then.
+    /// ([`Scheduler::repacks_claims`]) void the last two: only a stop at any first claim holds then. A
+    /// stop is taken where a claim is about to open, after every existing node and claim turned the pod
+    /// down.
     pub fn solve_registered_unless(
         mut self,
         pods: Vec<Arc<PodInfo>>,
@@ -998,21 +1000,6 @@ impl Scheduler {
         for p in 0..self.pools.len() {
             match self.new_claim(p, pod, cons, groups, &inverse, &memo) {
                 Ok((claim, fit)) => {
-                    if let Some(stop) = self.stop_at_claim {
-                        let stop_here = if self.claims.is_empty() {
-                            // The first claim (nothing else could have taken the pod: no claim was open).
-                            let pool = &self.pools[p];
-                            let reqs = fit.reqs.as_ref().unwrap_or(&claim.reqs);
-                            let options = fit.options.as_deref().unwrap_or(&claim.options[fit.first..]);
-                            !self.could_launch_below(pool, reqs, options, &pod.requests, stop.first_claim_below)
-                        } else {
-                            stop.second_claim
-                        };
-                        if stop_here {
-                            self.claim_wanted = true;
-                            return Ok(());
-                        }
-                    }
                     if let Some((delta, c, _)) = &best_marginal {
                         let open_price = self.price_of(
                             &self.pools[p],
@@ -1024,6 +1011,21 @@ impl Scheduler {
                             let c = *c;
                             let Some((_, _, fit)) = best_marginal.take() else { unreachable!("checked above") };
                             self.commit(c, pods, i, selecting, groups, fit);
+                            return Ok(());
+                        }
+                    }
+                    // The claim opens here, unless the solve was told to stop at it.
+                    if let Some(stop) = self.stop_at_claim {
+                        let stop_here = if self.claims.is_empty() {
+                            let pool = &self.pools[p];
+                            let reqs = fit.reqs.as_ref().unwrap_or(&claim.reqs);
+                            let options = fit.options.as_deref().unwrap_or(&claim.options[fit.first..]);
+                            !self.could_launch_below(pool, reqs, options, &pod.requests, stop.first_claim_below)
+                        } else {
+                            stop.second_claim
+                        };
+                        if stop_here {
+                            self.claim_wanted = true;
                             return Ok(());
                         }
                     }
