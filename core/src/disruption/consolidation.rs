@@ -141,6 +141,10 @@ struct Bases {
     /// The topology groups of each candidate's pod (by index into the pass's pods), as the bases
     /// registered them.
     groups: Vec<Option<PodGroups>>,
+    /// Whether every claim `settled` opens stays open to spot ([`Scheduler::claims_stay_spot_capable`]).
+    claims_stay_spot_capable: bool,
+    /// Whether `settled`'s solves re-pack their claims ([`Scheduler::repacks_claims`]).
+    repacks_claims: bool,
 }
 
 /// A pool's whole cost per hour and whole disruption cost, over every node it has (candidates or not).
@@ -300,7 +304,9 @@ impl<'a> Simulator<'a> {
             let mut settled = base.clone();
             let unsettled: Vec<&str> = self.unsettled.iter().map(String::as_str).collect();
             settled.block_nodes(&unsettled);
-            Bases { base, settled, groups }
+            let claims_stay_spot_capable = settled.claims_stay_spot_capable();
+            let repacks_claims = settled.repacks_claims();
+            Bases { base, settled, groups, claims_stay_spot_capable, repacks_claims }
         })
     }
 
@@ -730,19 +736,13 @@ impl<'a> Simulator<'a> {
     /// The last two need the claims a solve returns to be the ones it opened: not when a pool packing by
     /// marginal cost re-packs them.
     fn stop_for(&self, cands: &[&Candidate], multi: bool) -> Option<(StopAt, &'static str)> {
-        let s = self.settings();
-        let split = !multi
-            && s.consolidation_split_fallback
-            && s.max_consolidation_replacements >= 2
-            && cands.len() == 1
-            && cands[0].pods.len() >= 2;
-        if split {
+        if self.split_applies(cands, multi) {
             return None;
         }
         if self.only_a_delete_moves(cands) {
             return Some((StopAt { first_claim_below: f64::NEG_INFINITY, second_claim: false }, NEEDS_A_NEW_SPOT_NODE));
         }
-        if self.bases().settled.repacks_claims() {
+        if self.bases().repacks_claims {
             return None;
         }
         let price = cands.iter().map(|c| c.price).sum();
@@ -757,7 +757,7 @@ impl<'a> Simulator<'a> {
             && cands.iter().all(|c| {
                 c.capacity_type == Some(CapacityType::Spot) && c.pods.iter().all(|i| allows_spot(&self.pods[*i]))
             })
-            && self.bases().settled.claims_stay_spot_capable()
+            && self.bases().claims_stay_spot_capable
     }
 
     /// What a consolidation simulation `r` of `cands` comes to: a delete, a replace, a split, or why not.
@@ -921,13 +921,24 @@ impl<'a> Simulator<'a> {
         self.replace_with(cands, price, plan, &kept, Some((CapacityType::Spot, Some(zones))), explanation)
     }
 
+    /// Whether the split fallback may try `cands`: one candidate of single-node consolidation with several
+    /// pods, the fallback on and more than one replacement allowed.
+    fn split_applies(&self, cands: &[&Candidate], multi: bool) -> bool {
+        let s = self.settings();
+        !multi
+            && s.consolidation_split_fallback
+            && s.max_consolidation_replacements >= 2
+            && cands.len() == 1
+            && cands[0].pods.len() >= 2
+    }
+
     /// The 1→N split fallback: re-simulate under a price ceiling at the candidate's price.
     fn split(&mut self, cands: &[&Candidate], price: f64, multi: bool) -> Result<Option<Command>, String> {
-        let s = self.settings();
-        let max = s.max_consolidation_replacements as usize;
-        if multi || !s.consolidation_split_fallback || max < 2 || cands.len() != 1 || cands[0].pods.len() < 2 {
+        if !self.split_applies(cands, multi) {
             return Ok(None);
         }
+        let s = self.settings();
+        let max = s.max_consolidation_replacements as usize;
         if self.split_attempts >= s.consolidation_split_max_attempts {
             return Err("inconclusive: this pass used up its split attempts (consolidation-split-max-attempts)".into());
         }

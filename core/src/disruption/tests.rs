@@ -341,14 +341,18 @@ fn unread_reasons_change_no_decision() {
     };
     let commands = |pass: &Pass| serde_json::to_value(&pass.commands).unwrap();
 
+    // s1 (big, 10 CPU used) and a second spot node of `it` running a pod of `cpu`.
+    let two_spot = |it: &str, cpu: &str| {
+        Fleet { types: types.clone(), ..Default::default() }
+            .pool("spot", json!({}))
+            .node("s1", "spot", "big", "a", Spot)
+            .pod("p1", "s1", "10", 0, json!({}))
+            .node("s2", "spot", it, "a", Spot)
+            .pod("p2", "s2", cpu, 0, json!({}))
+    };
     // Neither pod fits the other node: each needs a new spot node, which spot-to-spot consolidation (off)
     // would have to approve.
-    let full = Fleet { types: types.clone(), ..Default::default() }
-        .pool("spot", json!({}))
-        .node("s1", "spot", "big", "a", Spot)
-        .pod("p1", "s1", "10", 0, json!({}))
-        .node("s2", "spot", "big", "a", Spot)
-        .pod("p2", "s2", "10", 0, json!({}));
+    let full = two_spot("big", "10");
     let read = full.pass_unread(&settings, &|_| false);
     assert!(read.commands.is_empty());
     assert!(reasons(&read).iter().all(|(_, r)| r.contains("spot-to-spot consolidation is disabled")), "{read:?}");
@@ -360,12 +364,7 @@ fn unread_reasons_change_no_decision() {
     );
 
     // s2's pod fits on s1: deleted, whoever reads the reasons.
-    let room = Fleet { types: types.clone(), ..Default::default() }
-        .pool("spot", json!({}))
-        .node("s1", "spot", "big", "a", Spot)
-        .pod("p1", "s1", "10", 0, json!({}))
-        .node("s2", "spot", "small", "a", Spot)
-        .pod("p2", "s2", "1", 0, json!({}));
+    let room = two_spot("small", "1");
     let read = room.pass_unread(&settings, &|_| false);
     assert_eq!(read.commands.len(), 1);
     assert_eq!(read.commands[0].decision, Decision::Delete);

@@ -163,7 +163,12 @@ impl RecentEvents {
         dedupe: Duration,
         now: Timestamp,
     ) -> bool {
-        self.at.get(&(kind, object.to_owned(), reason)).is_some_and(|at| clock::since(now, *at) < dedupe)
+        self.silences(&(kind, object.to_owned(), reason), dedupe, now)
+    }
+
+    /// Whether the event under `key` went out less than `dedupe` before `now`.
+    fn silences(&self, key: &(&'static str, String, &'static str), dedupe: Duration, now: Timestamp) -> bool {
+        self.at.get(key).is_some_and(|at| clock::since(now, *at) < dedupe)
     }
 
     /// Whether an event about `object` of `kind` with `reason` goes out now; records it if so.
@@ -184,10 +189,11 @@ impl RecentEvents {
                 self.sweeps += 1;
             }
         }
-        if self.silenced(kind, object, reason, dedupe, now) {
+        let key = (kind, object.to_owned(), reason);
+        if self.silences(&key, dedupe, now) {
             return false;
         }
-        self.at.insert((kind, object.to_owned(), reason), now);
+        self.at.insert(key, now);
         true
     }
 }
