@@ -443,6 +443,23 @@ impl Resources {
         a_rest <= b_rest && merge_sparse(a, a_rest, b, b_rest, |_, x, y| x <= y)
     }
 
+    /// Raises each of the first [`INLINE`] entries of `self` to `other`'s where `other`'s is larger. Folded
+    /// over several vectors, it gives a ceiling on what any of them holds of those names, for
+    /// [`Resources::under_inline`]; the sparse tail is left as it is.
+    pub fn raise_inline(&mut self, other: &Self) {
+        for (a, b) in self.v.iter_mut().zip(other.v.iter()) {
+            *a = (*a).max(*b);
+        }
+    }
+
+    /// Whether each of the first [`INLINE`] entries of `self` is at most `ceiling`'s. When not, `self`
+    /// [`fits`](Resources::fits) in no vector at or under that ceiling in those entries: a quick test that
+    /// rules a whole set of vectors out at once.
+    #[inline]
+    pub fn under_inline(&self, ceiling: &Self) -> bool {
+        self.v.iter().zip(ceiling.v.iter()).all(|(a, b)| a <= b)
+    }
+
     /// The names of the entries of `self` that exceed `available`.
     pub fn exceeding(&self, available: &Self) -> Vec<ResourceName> {
         let mut out: Vec<ResourceName> = self

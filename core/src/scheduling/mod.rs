@@ -6,6 +6,7 @@
 //! on new claims from NodePools by weight.
 
 mod daemon;
+mod nodes;
 mod pod;
 mod requirements;
 mod scheduler;

@@ -9,6 +9,7 @@ use rustc_hash::FxHashMap;
 use serde::Serialize;
 
 use super::daemon::{DaemonPod, daemon_overhead};
+use super::nodes::{Node, Nodes};
 use super::pod::{Constraints, HostPort, PodInfo, Relaxation, TopologyKind};
 use super::requirements::{Requirement, Requirements};
 use super::taints;
@@ -285,18 +286,6 @@ struct Claim {
     price: Option<f64>,
 }
 
-#[derive(Debug, Clone)]
-struct Node {
-    /// What does not change about the node during a pass (name, labels, their requirements, taints),
-    /// shared by every simulation and by topology.
-    info: Arc<NodeView>,
-    available: Resources,
-    host_ports: Vec<HostPort>,
-    accepts_pods: bool,
-    volume_room: Vec<VolumeRoom>,
-    pods: Vec<usize>,
-}
-
 /// A placement that fits a claim: the narrowed requirements (when they change) and either the re-filtered
 /// options (when requirements change) or how many cheap options at the front no longer fit.
 struct Fit {
@@ -473,8 +462,8 @@ pub struct Scheduler {
     /// Shared with the clones until a pass changes one (a claim opened against its limits).
     pools: Vec<Arc<Pool>>,
     /// Shared with the clones until a pass changes one (a pod placed, room taken): a consolidation
-    /// simulation copies only the few nodes its pods land on.
-    nodes: Vec<Arc<Node>>,
+    /// simulation copies only the few nodes its pods land on, and the chunks holding them.
+    nodes: Nodes,
     claims: Vec<Claim>,
     by_load: BTreeSet<(usize, usize)>,
     /// For hostname anti-affinity and hostname spread groups: the claims that can still take a pod the
@@ -533,14 +522,14 @@ impl Scheduler {
             }
             built.push(Arc::new(pool));
         }
-        let nodes: Vec<Arc<Node>> = nodes
+        let nodes: Vec<Node> = nodes
             .into_iter()
             .map(|mut n| {
                 if !n.labels.contains_key(labels::HOSTNAME) {
                     Arc::make_mut(&mut n.labels).insert(labels::HOSTNAME.to_owned(), n.name.clone());
                     n.requirements = None;
                 }
-                Arc::new(Node {
+                Node {
                     info: Arc::new(NodeView {
                         reqs: n.requirements.unwrap_or_else(|| Arc::new(Requirements::from_labels(&*n.labels))),
                         name: n.name,
@@ -552,7 +541,7 @@ impl Scheduler {
                     accepts_pods: n.accepts_pods,
                     volume_room: n.volume_room,
                     pods: Vec::new(),
-                })
+                }
             })
             .collect();
         let prefer_no_schedule = built.iter().any(|p| p.taints.iter().any(|t| t.effect == "PreferNoSchedule"))
@@ -576,7 +565,7 @@ impl Scheduler {
         }
         Self {
             pools: built,
-            nodes,
+            nodes: Nodes::new(nodes),
             claims: Vec::new(),
             by_load: BTreeSet::new(),
             free: FxHashMap::default(),
@@ -615,9 +604,7 @@ impl Scheduler {
     #[must_use]
     pub fn without_nodes(&self, names: &[&str]) -> Self {
         let mut s = self.clone();
-        for n in s.nodes.iter_mut().filter(|n| names.contains(&n.info.name.as_str())) {
-            Arc::make_mut(n).accepts_pods = false;
-        }
+        s.block_nodes(names);
         for name in names {
             s.topology.remove_node(name);
         }
@@ -630,9 +617,12 @@ impl Scheduler {
     pub fn without_nodes_at(&self, indexes: &[usize]) -> Self {
         let mut s = self.clone();
         for &i in indexes {
-            let Some(n) = s.nodes.get_mut(i) else { continue };
-            Arc::make_mut(n).accepts_pods = false;
-            let info = Arc::clone(&n.info);
+            let Some(info) = s.nodes.update(i, |n| {
+                n.accepts_pods = false;
+                Arc::clone(&n.info)
+            }) else {
+                continue;
+            };
             s.topology.remove_node(&info.name);
         }
         s
@@ -658,15 +648,15 @@ impl Scheduler {
     /// Takes `room` from the `index`th existing node's available resources (in the order the nodes were
     /// given to [`Scheduler::new`]), as if a pod placed elsewhere already held it.
     pub fn take_room(&mut self, index: usize, room: &Resources) {
-        if let Some(n) = self.nodes.get_mut(index) {
-            Arc::make_mut(n).available.sub_assign(room);
-        }
+        self.nodes.update(index, |n| n.available.sub_assign(room));
     }
 
     /// Stops the named nodes from taking pods (they stay, with their pods counted).
     pub fn block_nodes(&mut self, names: &[&str]) {
-        for n in self.nodes.iter_mut().filter(|n| names.contains(&n.info.name.as_str())) {
-            Arc::make_mut(n).accepts_pods = false;
+        let at: Vec<usize> =
+            (0..self.nodes.len()).filter(|&i| names.contains(&self.nodes[i].info.name.as_str())).collect();
+        for i in at {
+            self.nodes.update(i, |n| n.accepts_pods = false);
         }
     }
 
@@ -706,7 +696,7 @@ impl Scheduler {
     fn empty() -> Self {
         Self {
             pools: Vec::new(),
-            nodes: Vec::new(),
+            nodes: Nodes::default(),
             claims: Vec::new(),
             by_load: BTreeSet::new(),
             free: FxHashMap::default(),
@@ -903,24 +893,25 @@ impl Scheduler {
         let inverse = self.topology.inverse(selecting);
         // 1. Existing nodes.
         let memo = PlacementMemo::new(groups);
-        for n in 0..self.nodes.len() {
-            if self.node_fits(n, pod, cons, groups, &inverse, &memo) {
-                let node = Arc::make_mut(&mut self.nodes[n]);
+        let found =
+            self.nodes.with_room_for(&pod.requests).find(|&n| self.node_fits(n, pod, cons, groups, &inverse, &memo));
+        if let Some(n) = found {
+            self.nodes.update(n, |node| {
                 node.available.sub_assign(&pod.requests);
                 node.host_ports.extend(pod.host_ports.iter().cloned());
                 VolumeRoom::attach(&mut node.volume_room, &pod.volumes);
                 node.pods.push(i);
-                let info = &node.info;
-                self.topology.record(
-                    selecting,
-                    groups,
-                    &info.taints,
-                    &info.reqs,
-                    &|k| info.labels.get(k).cloned().map(Landed::Named),
-                    None,
-                );
-                return Ok(());
-            }
+            });
+            let info = &self.nodes[n].info;
+            self.topology.record(
+                selecting,
+                groups,
+                &info.taints,
+                &info.reqs,
+                &|k| info.labels.get(k).cloned().map(Landed::Named),
+                None,
+            );
+            return Ok(());
         }
         // 2. Claims opened earlier in the pass, least loaded first.
         let mut best_marginal: Option<(f64, usize, Fit)> = None;
