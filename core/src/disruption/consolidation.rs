@@ -10,7 +10,8 @@ use crate::cloud::{CapacityType, InstanceType};
 use crate::provisioning;
 use crate::resources::Resources;
 use crate::scheduling::{
-    ClaimPlan, ExistingNode, PodGroups, PodInfo, Requirement, Requirements, Results, Scheduler, StopAt, offering_ok,
+    ClaimPlan, ExistingNode, PodGroups, PodInfo, Requirement, Requirements, Results, Scheduler, StopAt, Stopped,
+    offering_ok,
 };
 
 /// Balanced consolidation approves a move whose savings share is at least `1/K` of its disruption share.
@@ -119,6 +120,9 @@ pub(super) const NEEDS_A_NEW_SPOT_NODE: &str =
 /// a second new node.
 pub(super) const NEEDS_A_DEARER_NODE: &str =
     "its pods need a new node that would cost no less than it, or more than one new node";
+
+/// Why a candidate stays when the simulation stopped at a pod placed on a node still booting.
+pub(super) const LANDS_ON_A_BOOTING_NODE: &str = "a pod would schedule against a node not yet initialized and Ready";
 
 /// Whether nothing `pod` requires of its node (node selector, each required and preferred term, and the
 /// keys of its topology terms) narrows the capacity type away from spot.
@@ -304,6 +308,8 @@ impl<'a> Simulator<'a> {
             let mut settled = base.clone();
             let unsettled: Vec<&str> = self.unsettled.iter().map(String::as_str).collect();
             settled.block_nodes(&unsettled);
+            let booting: Vec<&str> = self.booting.iter().map(String::as_str).collect();
+            settled.stop_on_landing(&booting);
             let claims_stay_spot_capable = settled.claims_stay_spot_capable();
             let repacks_claims = settled.repacks_claims();
             Bases { base, settled, groups, claims_stay_spot_capable, repacks_claims }
@@ -331,14 +337,15 @@ impl<'a> Simulator<'a> {
     }
 
     /// As [`Simulator::simulate`] for candidates while consolidating, unless their pods open a new node
-    /// where `stop` says to stop: then `None` ([`Scheduler::solve_registered_unless`]).
-    fn simulate_unless(&self, cands: &[&Candidate], stop: StopAt) -> Option<Results> {
+    /// or land on a booting one where `stop` says to stop: then where it stopped
+    /// ([`Scheduler::solve_registered_unless`]).
+    fn simulate_unless(&self, cands: &[&Candidate], stop: StopAt) -> Result<Results, Stopped> {
         let (sim, pods, groups) = self.prepare(cands, true, false, None);
         let results = match groups {
             Some(groups) => sim.solve_registered_unless(pods, groups, stop)?,
             None => sim.solve_shared(pods),
         };
-        Some(self.keep_off_booting(results))
+        Ok(self.keep_off_booting(results))
     }
 
     /// A simulation's scheduler (a base without the candidates) and the candidates' pods with their
@@ -715,12 +722,19 @@ impl<'a> Simulator<'a> {
     /// reason. A simulation that does not stop is the one [`Simulator::consolidate`] runs, concluded as it
     /// does, so every command is the same.
     pub(super) fn consolidate_unread(&mut self, cands: &[&Candidate], multi: bool) -> Result<Command, String> {
-        let Some((stop, reason)) = self.stop_for(cands, multi) else {
-            return self.consolidate(cands, multi);
+        // A pod placed on a node still booting cannot count on it: whatever else the simulation finds, the
+        // candidates stay ([`Simulator::keep_off_booting`], [`Simulator::conclude`]).
+        let marked_node = !self.booting.is_empty();
+        let (stop, at_claim) = match self.stop_for(cands, multi) {
+            Some((stop, reason)) => (StopAt { marked_node, ..stop }, reason),
+            // No claim stops this one: the reason for one is never given.
+            None if marked_node => (StopAt { first_claim_below: None, second_claim: false, marked_node }, ""),
+            None => return self.consolidate(cands, multi),
         };
         match self.simulate_unless(cands, stop) {
-            Some(r) => self.conclude(cands, multi, r),
-            None => Err(reason.into()),
+            Ok(r) => self.conclude(cands, multi, r),
+            Err(Stopped::Claim) => Err(at_claim.into()),
+            Err(Stopped::MarkedNode) => Err(LANDS_ON_A_BOOTING_NODE.into()),
         }
     }
 
@@ -740,13 +754,14 @@ impl<'a> Simulator<'a> {
             return None;
         }
         if self.only_a_delete_moves(cands) {
-            return Some((StopAt { first_claim_below: f64::NEG_INFINITY, second_claim: false }, NEEDS_A_NEW_SPOT_NODE));
+            let stop = StopAt { first_claim_below: Some(f64::NEG_INFINITY), second_claim: false, marked_node: false };
+            return Some((stop, NEEDS_A_NEW_SPOT_NODE));
         }
         if self.bases().repacks_claims {
             return None;
         }
         let price = cands.iter().map(|c| c.price).sum();
-        Some((StopAt { first_claim_below: price, second_claim: true }, NEEDS_A_DEARER_NODE))
+        Some((StopAt { first_claim_below: Some(price), second_claim: true, marked_node: false }, NEEDS_A_DEARER_NODE))
     }
 
     /// Whether the only command consolidation can give `cands`, no split considered, is a delete: spot

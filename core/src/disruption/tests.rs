@@ -419,8 +419,8 @@ fn unread_reasons_change_no_decision() {
 }
 
 /// Whatever set of candidates is simulated, alone or together, on spot or on demand, with spot-to-spot
-/// consolidation on or off and the split fallback on or off, a simulation that may stop once the answer is
-/// "stays" decides as the full one does.
+/// consolidation on or off and the split fallback on or off, with a node still booting or not, a simulation
+/// that may stop once the answer is "stays" decides as the full one does.
 #[test]
 fn stopping_early_decides_as_the_full_simulation() {
     use CapacityType::*;
@@ -448,8 +448,9 @@ fn stopping_early_decides_as_the_full_simulation() {
             .pod("p6", "n6", "7", 0, json!({}))
     };
     // The same fleet packing by marginal cost: claims re-packed after the solve.
-    let marginal =
-        mixed(json!({"metadata": {"annotations": {"karpenter.sh/nodeclaim-packing-policy": "marginal-cost"}}}));
+    let marginal_pool =
+        || json!({"metadata": {"annotations": {"karpenter.sh/nodeclaim-packing-policy": "marginal-cost"}}});
+    let marginal = mixed(marginal_pool());
     // A node only a split can move: its two pods keep apart (hostname anti-affinity), and two cheaper
     // nodes take them.
     let mut split = Fleet {
@@ -469,9 +470,21 @@ fn stopping_early_decides_as_the_full_simulation() {
     }
     let verdict = |r: Result<Command, String>| r.map(|c| serde_json::to_value(&c).unwrap()).map_err(|_| ());
     let mut stopped_differently = 0;
+    let mut stopped_at_booting = 0;
     let mut splits = 0;
-    for fleet in [mixed(json!({})), marginal, split] {
-        let state = fleet.state();
+    // The same fleets with their first node still booting: pods that land there cannot count on it.
+    let fleets = [
+        (mixed(json!({})), false),
+        (marginal, false),
+        (split, false),
+        (mixed(json!({})), true),
+        (mixed(marginal_pool()), true),
+    ];
+    for (fleet, first_booting) in fleets {
+        let mut state = fleet.state();
+        if first_booting {
+            state.nodes[0].initialized = false;
+        }
         let types = fleet.types.clone();
         let types_for = move |_: &NodePool| types.clone();
         let (cands, _) = candidates(&state, &types_for, now());
@@ -494,6 +507,8 @@ fn stopping_early_decides_as_the_full_simulation() {
                     let a = full.consolidate(&set, multi);
                     let b = quick.consolidate_unread(&set, multi);
                     stopped_differently += usize::from(matches!((&a, &b), (Err(x), Err(y)) if x != y));
+                    stopped_at_booting +=
+                        usize::from(matches!(&b, Err(y) if y == super::consolidation::LANDS_ON_A_BOOTING_NODE));
                     splits += usize::from(a.as_ref().is_ok_and(|c| c.replacements.len() > 1));
                     assert_eq!(verdict(a), verdict(b), "{flags:?} {mask} multi {multi}");
                 }
@@ -502,6 +517,7 @@ fn stopping_early_decides_as_the_full_simulation() {
     }
     assert!(splits > 0, "a split was tried");
     assert!(stopped_differently > 0, "some simulation stopped early");
+    assert!(stopped_at_booting > 0, "some simulation stopped at a booting node");
 }
 
 #[test]

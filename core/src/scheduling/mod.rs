@@ -22,7 +22,7 @@ pub use pod::{
 pub use requirements::{Incompatible, Requirement, Requirements};
 pub use scheduler::{
     ClaimPlan, ExistingNode, Launch, NodePlacement, Packing, PodGroups, PoolInput, Results, Scheduler,
-    SchedulerOptions, StopAt, Unschedulable, VolumeRoom, allowed_types, offering_ok, template_requirements,
+    SchedulerOptions, StopAt, Stopped, Unschedulable, VolumeRoom, allowed_types, offering_ok, template_requirements,
 };
 pub use volumes::{VolumeError, VolumePlacement, volume_placement};
 

@@ -2,8 +2,9 @@
 //!
 //! Consolidation clones a pass once per simulation and places a few pods; a fleet has thousands of nodes.
 //! The nodes are held in chunks shared by the clones: a clone copies one pointer per chunk, and a placement
-//! copies only the chunk it writes to. Each chunk also keeps the most room any of its nodes has, so a pod
-//! skips, whole, the chunks where no node has room for it, in the same node order as a scan of every node.
+//! copies only the chunk it writes to. Each chunk also keeps a bound on the most room any of its nodes has,
+//! so a pod skips, whole, the chunks where no node has room for it, in the same node order as a scan of
+//! every node.
 
 use std::sync::Arc;
 
@@ -27,32 +28,43 @@ pub(super) struct Node {
     pub(super) accepts_pods: bool,
     pub(super) volume_room: Vec<VolumeRoom>,
     pub(super) pods: Vec<usize>,
+    /// A solve told to stop on marked nodes stops once a pod lands here
+    /// ([`Scheduler::stop_on_landing`](super::Scheduler::stop_on_landing)).
+    pub(super) ends_solve: bool,
 }
 
 #[derive(Debug, Clone)]
 struct Chunk {
     nodes: Vec<Arc<Node>>,
-    /// The most room any of its nodes taking pods has, entry by entry (the inline entries of
-    /// [`Resources`]); `None` when none takes pods.
+    /// At least the most room any of its nodes taking pods has, entry by entry (the inline entries of
+    /// [`Resources`]); `None` when none takes pods. Exact when the chunk is built; a change to a node only
+    /// raises it where that node now has more, so what a pass takes away leaves it high, never low.
     room: Option<Resources>,
 }
 
 impl Chunk {
     fn new(nodes: Vec<Arc<Node>>) -> Self {
         let mut chunk = Self { nodes, room: None };
-        chunk.measure();
+        for i in 0..chunk.nodes.len() {
+            chunk.raise(i);
+        }
         chunk
     }
 
-    fn measure(&mut self) {
-        let mut room: Option<Resources> = None;
-        for n in self.nodes.iter().filter(|n| n.accepts_pods) {
-            match room.as_mut() {
-                Some(r) => r.raise_inline(&n.available),
-                None => room = Some(n.available.clone()),
-            }
+    /// Raises `room` to node `i`'s where it has more.
+    fn raise(&mut self, i: usize) {
+        let n = &self.nodes[i];
+        if !n.accepts_pods {
+            return;
         }
-        self.room = room;
+        match self.room.as_mut() {
+            Some(r) => r.raise_inline(&n.available),
+            None => self.room = Some(n.available.clone()),
+        }
+    }
+
+    fn may_hold(&self, requests: &Resources) -> bool {
+        self.room.as_ref().is_some_and(|room| requests.under_inline(room))
     }
 }
 
@@ -60,22 +72,16 @@ impl Chunk {
 #[derive(Debug, Clone, Default)]
 pub(super) struct Nodes {
     chunks: Vec<Arc<Chunk>>,
-    len: usize,
 }
 
 impl Nodes {
     pub(super) fn new(nodes: Vec<Node>) -> Self {
-        let len = nodes.len();
-        let mut chunks = Vec::with_capacity(len.div_ceil(CHUNK));
+        let mut chunks = Vec::with_capacity(nodes.len().div_ceil(CHUNK));
         let mut nodes = nodes.into_iter().map(Arc::new).peekable();
         while nodes.peek().is_some() {
             chunks.push(Arc::new(Chunk::new(nodes.by_ref().take(CHUNK).collect())));
         }
-        Self { chunks, len }
-    }
-
-    pub(super) fn len(&self) -> usize {
-        self.len
+        Self { chunks }
     }
 
     pub(super) fn get(&self, i: usize) -> Option<&Node> {
@@ -92,18 +98,22 @@ impl Nodes {
         let chunk = Arc::make_mut(self.chunks.get_mut(i / CHUNK)?);
         let node = Arc::make_mut(chunk.nodes.get_mut(i % CHUNK)?);
         let out = f(node);
-        chunk.measure();
+        chunk.raise(i % CHUNK);
         Some(out)
     }
 
-    /// The indexes of the nodes, in order, that might have room for `requests`: every node but those of
-    /// chunks where no node taking pods has that much of some resource.
-    pub(super) fn with_room_for<'a>(&'a self, requests: &'a Resources) -> impl Iterator<Item = usize> + 'a {
-        self.chunks
-            .iter()
-            .enumerate()
-            .filter(|(_, c)| c.room.as_ref().is_some_and(|room| requests.under_inline(room)))
-            .flat_map(|(at, c)| at * CHUNK..at * CHUNK + c.nodes.len())
+    /// The first node, in order, that `fits` accepts, asked only of nodes that might have room for
+    /// `requests`: every node but those of chunks where no node taking pods has that much of some resource.
+    pub(super) fn find(&self, requests: &Resources, mut fits: impl FnMut(&Node) -> bool) -> Option<usize> {
+        for (at, chunk) in self.chunks.iter().enumerate() {
+            if !chunk.may_hold(requests) {
+                continue;
+            }
+            if let Some(j) = chunk.nodes.iter().position(|n| fits(n)) {
+                return Some(at * CHUNK + j);
+            }
+        }
+        None
     }
 }
 
@@ -134,17 +144,22 @@ mod tests {
             accepts_pods,
             volume_room: Vec::new(),
             pods: Vec::new(),
+            ends_solve: false,
         }
     }
 
-    /// The nodes `with_room_for` offers, against those a scan of every node finds room on.
-    fn offered(nodes: &Nodes, cpu: i64) -> (Vec<usize>, Vec<usize>) {
+    /// The first node with room for `cpu` that `find` gives, against a scan of every node; and the nodes
+    /// `find` asks about.
+    fn first(nodes: &Nodes, cpu: i64) -> (Option<usize>, Option<usize>, Vec<String>) {
         let want = Resources::cpu_memory(cpu, 1 << 20);
-        let fits: Vec<usize> =
-            (0..nodes.len()).filter(|&i| nodes[i].accepts_pods && want.fits(&nodes[i].available)).collect();
-        let offered: Vec<usize> =
-            nodes.with_room_for(&want).filter(|&i| nodes[i].accepts_pods && want.fits(&nodes[i].available)).collect();
-        (offered, fits)
+        let has_room = |n: &Node| n.accepts_pods && want.fits(&n.available);
+        let scan = nodes.iter().position(has_room);
+        let mut asked = Vec::new();
+        let found = nodes.find(&want, |n| {
+            asked.push(n.info.name.clone());
+            has_room(n)
+        });
+        (found, scan, asked)
     }
 
     #[test]
@@ -152,27 +167,32 @@ mod tests {
         // 100 nodes over four chunks; room grows with the index, every seventh node takes no pods.
         let all: Vec<Node> = (0..100).map(|i| node(&format!("n{i}"), i * 10, i % 7 != 0)).collect();
         let mut nodes = Nodes::new(all);
-        assert_eq!(nodes.len(), 100);
         assert_eq!(nodes.iter().count(), 100);
         for cpu in [0, 5, 300, 315, 320, 645, 990, 1000] {
-            let (offered, fits) = offered(&nodes, cpu);
-            assert_eq!(offered, fits, "{cpu}m");
+            let (found, scan, _) = first(&nodes, cpu);
+            assert_eq!(found, scan, "{cpu}m");
         }
-        // The first chunks are skipped whole for a pod only the last chunk has room for.
-        assert_eq!(nodes.with_room_for(&Resources::cpu_memory(970, 0)).next(), Some(96));
-        // A clone shares the chunks; a change to it re-measures the chunk it copies, and the original keeps
-        // its room.
+        // A pod only the last chunk has room for is asked of that chunk alone.
+        let (found, _, asked) = first(&nodes, 970);
+        assert_eq!((found, asked.first().map(String::as_str)), (Some(97), Some("n96")));
+        // A clone shares the chunks; what it takes away stays its own, and it still finds what a scan finds
+        // (its bound stays high).
         let mut copy = nodes.clone();
         copy.update(99, |n| n.available = Resources::cpu_memory(0, 0));
         copy.update(97, |n| n.accepts_pods = false);
-        assert_eq!(copy.with_room_for(&Resources::cpu_memory(970, 0)).next(), None);
-        assert_eq!(nodes.with_room_for(&Resources::cpu_memory(970, 0)).next(), Some(96));
+        assert_eq!(first(&copy, 985), (None, None, vec!["n96".to_owned(), "n97".into(), "n98".into(), "n99".into()]));
+        assert_eq!(first(&copy, 955).0, Some(96));
+        assert_eq!(first(&nodes, 985).0, Some(99));
+        // Room given to a node raises its chunk's bound: the first chunk is asked again.
         nodes.update(3, |n| n.available = Resources::cpu_memory(5000, 1 << 30));
-        assert_eq!(
-            nodes.with_room_for(&Resources::cpu_memory(2000, 0)).collect::<Vec<_>>(),
-            (0..32).collect::<Vec<_>>()
-        );
-        assert_eq!(offered(&nodes, 2000), (vec![3], vec![3]));
+        let (found, scan, asked) = first(&nodes, 2000);
+        assert_eq!((found, scan), (Some(3), Some(3)));
+        assert_eq!(asked, ["n0", "n1", "n2", "n3"]);
+        // A chunk none of whose nodes takes pods is never asked.
+        let mut closed = Nodes::new((0..40).map(|i| node(&format!("c{i}"), 100, i >= 32)).collect());
+        assert_eq!(first(&closed, 0).2.first().map(String::as_str), Some("c32"));
+        closed.update(33, |n| n.pods.push(7));
+        assert_eq!(closed.get(33).map(|n| n.pods.clone()), Some(vec![7]));
         assert_eq!(nodes.update(100, |_| ()), None);
         assert_eq!(nodes.get(100).map(|n| n.info.name.clone()), None);
         assert_eq!(nodes.get(42).map(|n| n.info.name.clone()), Some("n42".to_owned()));

@@ -221,15 +221,26 @@ pub struct PodGroups {
     known: usize,
 }
 
-/// Where a solve asked only whether its pods can go with at most one claim, priced below some bound, may
-/// stop ([`Scheduler::solve_registered_unless`]).
+/// Where a solve asked only whether its pods can go with at most one claim, priced below some bound, and
+/// none on a marked node, may stop ([`Scheduler::solve_registered_unless`]).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct StopAt {
     /// Stop at the first claim unless some offering its options allow costs less than this
-    /// (`f64::NEG_INFINITY`: at any first claim).
-    pub first_claim_below: f64,
+    /// (`f64::NEG_INFINITY`: at any first claim; `None`: not at a first claim).
+    pub first_claim_below: Option<f64>,
     /// Stop at a second claim.
     pub second_claim: bool,
+    /// Stop once a pod lands on an existing node marked with [`Scheduler::stop_on_landing`].
+    pub marked_node: bool,
+}
+
+/// Where a solve told where to stop ([`StopAt`]) stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stopped {
+    /// At a claim about to open.
+    Claim,
+    /// With a pod placed on a marked node.
+    MarkedNode,
 }
 
 /// The outcome of a pass.
@@ -475,11 +486,11 @@ pub struct Scheduler {
     topology: Topology,
     options: SchedulerOptions,
     prefer_no_schedule: bool,
-    /// Set for a solve asked only whether its pods can go with at most one claim cheap enough
-    /// ([`Scheduler::solve_registered_unless`]).
-    stop_at_claim: Option<StopAt>,
-    /// Whether such a solve met a pod that would open a claim.
-    claim_wanted: bool,
+    /// Set for a solve asked only whether its pods can go with at most one claim cheap enough and none on a
+    /// marked node ([`Scheduler::solve_registered_unless`]).
+    stop_at: Option<StopAt>,
+    /// Where such a solve stopped.
+    stopped: Option<Stopped>,
 }
 
 impl Scheduler {
@@ -541,6 +552,7 @@ impl Scheduler {
                     accepts_pods: n.accepts_pods,
                     volume_room: n.volume_room,
                     pods: Vec::new(),
+                    ends_solve: false,
                 }
             })
             .collect();
@@ -573,8 +585,8 @@ impl Scheduler {
             topology,
             options,
             prefer_no_schedule,
-            stop_at_claim: None,
-            claim_wanted: false,
+            stop_at: None,
+            stopped: None,
         }
     }
 
@@ -653,9 +665,7 @@ impl Scheduler {
 
     /// Stops the named nodes from taking pods (they stay, with their pods counted).
     pub fn block_nodes(&mut self, names: &[&str]) {
-        let at: Vec<usize> =
-            (0..self.nodes.len()).filter(|&i| names.contains(&self.nodes[i].info.name.as_str())).collect();
-        for i in at {
+        for i in self.indexes_of(names) {
             self.nodes.update(i, |n| n.accepts_pods = false);
         }
     }
@@ -704,8 +714,8 @@ impl Scheduler {
             topology: Topology::default(),
             options: SchedulerOptions::default(),
             prefer_no_schedule: false,
-            stop_at_claim: None,
-            claim_wanted: false,
+            stop_at: None,
+            stopped: None,
         }
     }
 
@@ -727,24 +737,44 @@ impl Scheduler {
         self.solve_ordered(pods, Some(groups), true)
     }
 
-    /// As [`Scheduler::solve_registered`], unless a pod opens a claim where `stop` says to stop: the
+    /// As [`Scheduler::solve_registered`], unless a pod opens a claim where `stop` says to stop (the
     /// first claim, when no offering its options allow costs less than `stop.first_claim_below`, or a
-    /// second one. Then it stops there and answers `None`. Until it stops the solve is the one
-    /// [`Scheduler::solve_registered`] runs, so `Some` holds exactly what that returns. `None` says that
-    /// its results would hold at least one claim (claims are never given up once opened), two when it
-    /// stopped at a second, and, if they hold only one, that no offering its options allow costs less than
-    /// the bound (options and offerings only narrow as pods join a claim). Claims re-packed after the solve
-    /// ([`Scheduler::repacks_claims`]) void the last two: only a stop at any first claim holds then. A
-    /// stop is taken where a claim is about to open, after every existing node and claim turned the pod
-    /// down.
+    /// second one), or lands on a node marked with [`Scheduler::stop_on_landing`] when `stop.marked_node`.
+    /// Then it stops there and says where. Until it stops the solve is the one
+    /// [`Scheduler::solve_registered`] runs, so `Ok` holds exactly what that returns.
+    ///
+    /// [`Stopped::Claim`] says that its results would hold at least one claim (claims are never given up
+    /// once opened), two when it stopped at a second, and, if they hold only one, that no offering its
+    /// options allow costs less than the bound (options and offerings only narrow as pods join a claim).
+    /// Claims re-packed after the solve ([`Scheduler::repacks_claims`]) void the last two: only a stop at
+    /// any first claim holds then. A stop is taken where a claim is about to open, after every existing
+    /// node and claim turned the pod down. [`Stopped::MarkedNode`] says that its results would place a pod
+    /// on a marked node: a pod placed on an existing node stays there.
     pub fn solve_registered_unless(
         mut self,
         pods: Vec<Arc<PodInfo>>,
         groups: Vec<&PodGroups>,
         stop: StopAt,
-    ) -> Option<Results> {
-        self.stop_at_claim = Some(stop);
-        self.solve_until_claim(pods, Some(groups), true)
+    ) -> Result<Results, Stopped> {
+        self.stop_at = Some(stop);
+        self.solve_until_stop(pods, Some(groups), true)
+    }
+
+    /// Marks the named existing nodes: a solve told to stop on them ([`StopAt::marked_node`]) stops once a
+    /// pod lands on one. Other solves place pods on them as on any node.
+    pub fn stop_on_landing(&mut self, names: &[&str]) {
+        for i in self.indexes_of(names) {
+            self.nodes.update(i, |n| n.ends_solve = true);
+        }
+    }
+
+    /// The indexes of the existing nodes named in `names`.
+    fn indexes_of(&self, names: &[&str]) -> Vec<usize> {
+        let names: rustc_hash::FxHashSet<&str> = names.iter().copied().collect();
+        if names.is_empty() {
+            return Vec::new();
+        }
+        self.nodes.iter().enumerate().filter(|(_, n)| names.contains(n.info.name.as_str())).map(|(i, _)| i).collect()
     }
 
     /// Whether a solve re-packs the claims it opened once every pod is placed (a pool packing by marginal
@@ -754,17 +784,17 @@ impl Scheduler {
     }
 
     fn solve_ordered(self, pods: Vec<Arc<PodInfo>>, known: Option<Vec<&PodGroups>>, largest_first: bool) -> Results {
-        // Only a scheduler told to stop at a claim stops short.
-        self.solve_until_claim(pods, known, largest_first).unwrap_or_default()
+        // Only a scheduler told where to stop stops short.
+        self.solve_until_stop(pods, known, largest_first).unwrap_or_default()
     }
 
-    /// The solve; `None` when it stopped at a claim (`stop_at_claim`).
-    fn solve_until_claim(
+    /// The solve; `Err` when it stopped where `stop_at` says.
+    fn solve_until_stop(
         mut self,
         pods: Vec<Arc<PodInfo>>,
         known: Option<Vec<&PodGroups>>,
         largest_first: bool,
-    ) -> Option<Results> {
+    ) -> Result<Results, Stopped> {
         let mut pods = pods;
         let known = known.filter(|k| {
             !self.options.ignore_preferences
@@ -833,8 +863,8 @@ impl Scheduler {
             let before = pending.len();
             for i in pending {
                 let placed = self.place(&pods, i, term_groups[i], selecting[i], &mut relax[i]);
-                if self.claim_wanted {
-                    return None;
+                if let Some(stopped) = self.stopped {
+                    return Err(stopped);
                 }
                 match placed {
                     Ok(()) => {
@@ -855,7 +885,7 @@ impl Scheduler {
         }
         // Marginal-cost pools: a bounded search for a cheaper packing of the claims they opened.
         self.improve_marginal_cost(&pods, &selecting);
-        Some(self.finish(&pods, pending, errors))
+        Ok(self.finish(&pods, pending, errors))
     }
 
     fn place(
@@ -893,8 +923,7 @@ impl Scheduler {
         let inverse = self.topology.inverse(selecting);
         // 1. Existing nodes.
         let memo = PlacementMemo::new(groups);
-        let found =
-            self.nodes.with_room_for(&pod.requests).find(|&n| self.node_fits(n, pod, cons, groups, &inverse, &memo));
+        let found = self.nodes.find(&pod.requests, |node| self.node_fits(node, pod, cons, groups, &inverse, &memo));
         if let Some(n) = found {
             self.nodes.update(n, |node| {
                 node.available.sub_assign(&pod.requests);
@@ -911,6 +940,9 @@ impl Scheduler {
                 &|k| info.labels.get(k).cloned().map(Landed::Named),
                 None,
             );
+            if self.nodes[n].ends_solve && self.stop_at.is_some_and(|s| s.marked_node) {
+                self.stopped = Some(Stopped::MarkedNode);
+            }
             return Ok(());
         }
         // 2. Claims opened earlier in the pass, least loaded first.
@@ -1006,17 +1038,19 @@ impl Scheduler {
                         }
                     }
                     // The claim opens here, unless the solve was told to stop at it.
-                    if let Some(stop) = self.stop_at_claim {
+                    if let Some(stop) = self.stop_at {
                         let stop_here = if self.claims.is_empty() {
                             let pool = &self.pools[p];
                             let reqs = fit.reqs.as_ref().unwrap_or(&claim.reqs);
                             let options = fit.options.as_deref().unwrap_or(&claim.options[fit.first..]);
-                            !self.could_launch_below(pool, reqs, options, &pod.requests, stop.first_claim_below)
+                            stop.first_claim_below.is_some_and(|below| {
+                                !self.could_launch_below(pool, reqs, options, &pod.requests, below)
+                            })
                         } else {
                             stop.second_claim
                         };
                         if stop_here {
-                            self.claim_wanted = true;
+                            self.stopped = Some(Stopped::Claim);
                             return Ok(());
                         }
                     }
@@ -1081,18 +1115,17 @@ impl Scheduler {
             .min_by(f64::total_cmp)
     }
 
-    /// Whether `pod` fits existing node `n` under `cons`. Most nodes are turned down for resources, so
+    /// Whether `pod` fits existing node `node` under `cons`. Most nodes are turned down for resources, so
     /// the cheap checks come first and nothing is allocated to say why (no caller reads it).
     fn node_fits(
         &self,
-        n: usize,
+        node: &Node,
         pod: &PodInfo,
         cons: &Constraints,
         groups: &[usize],
         inverse: &[usize],
         memo: &PlacementMemo,
     ) -> bool {
-        let node = &self.nodes[n];
         if !node.accepts_pods || !pod.requests.fits(&node.available) {
             return false;
         }

@@ -766,7 +766,8 @@ fn registered_pods_solve_as_looked_up_pods_do() {
 }
 
 /// A solve told to stop at the first claim answers exactly what the full solve does while no pod needs a
-/// claim, and `None` once one does (the full solve then buys at least one).
+/// claim, and stops once one does (the full solve then buys at least one); told to stop on a marked node,
+/// it stops exactly when the full solve places a pod there.
 #[test]
 fn a_solve_stopped_at_a_claim_is_the_full_solve_until_then() {
     let pods = |n: usize| -> Vec<Arc<PodInfo>> {
@@ -791,18 +792,51 @@ fn a_solve_stopped_at_a_claim_is_the_full_solve_until_then() {
         let stopped = base.clone().solve_registered_unless(
             pods,
             groups.iter().collect(),
-            StopAt { first_claim_below: f64::NEG_INFINITY, second_claim: false },
+            StopAt { first_claim_below: Some(f64::NEG_INFINITY), second_claim: false, marked_node: false },
         );
         assert_eq!(full.claims.is_empty(), fits);
         match stopped {
-            Some(r) => {
+            Ok(r) => {
                 assert!(fits, "{n} pods need a claim");
                 assert_eq!(existing(&r), existing(&full));
                 assert!(r.claims.is_empty() && r.unschedulable.is_empty());
             }
-            None => assert!(!fits, "{n} pods fit the nodes"),
+            Err(at) => {
+                assert!(!fits, "{n} pods fit the nodes");
+                assert_eq!(at, Stopped::Claim);
+            }
         }
     }
+    // A marked node stops only a solve told to stop there, and only once a pod lands on it.
+    let shape = |r: &Results| {
+        let claims: Vec<Vec<String>> = r.claims.iter().map(|c| c.pods.clone()).collect();
+        let failed: Vec<String> = r.unschedulable.iter().map(|u| u.pod.clone()).collect();
+        (existing(r), claims, failed)
+    };
+    let mut marked = base.clone();
+    marked.stop_on_landing(&["n-b"]);
+    let on_marked = StopAt { first_claim_below: None, second_claim: false, marked_node: true };
+    let mut stops = Vec::new();
+    for n in [3, 8, 12, 21] {
+        let pods = pods(n);
+        let groups = marked.register(pods.iter().map(|p| &**p));
+        let full = base.clone().solve_registered(pods.clone(), groups.iter().collect());
+        let lands = full.existing.iter().any(|p| p.node == "n-b");
+        let unmarked = marked.clone().solve_registered(pods.clone(), groups.iter().collect());
+        assert_eq!(shape(&unmarked), shape(&full), "a mark alone changes nothing");
+        match marked.clone().solve_registered_unless(pods, groups.iter().collect(), on_marked) {
+            Ok(r) => {
+                assert!(!lands, "{n} pods: a pod lands on n-b");
+                assert_eq!(shape(&r), shape(&full));
+            }
+            Err(at) => {
+                assert!(lands, "{n} pods: none lands on n-b");
+                assert_eq!(at, Stopped::MarkedNode);
+            }
+        }
+        stops.push(lands);
+    }
+    assert!(stops.contains(&true) && stops.contains(&false), "{stops:?}");
     // Claims that could not be spot: an on-demand pool.
     let on_demand: NodePool =
         serde_json::from_value(json!({"metadata": {"name": "od"}, "spec": {"template": {"spec": {
