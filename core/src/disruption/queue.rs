@@ -534,6 +534,8 @@ pub struct Controller {
     next_pass: Option<Timestamp>,
     /// The digest of the last pass that found nothing, and when it ran.
     quiet: Option<(u64, Timestamp)>,
+    /// What the digests are made with.
+    digests: super::DigestState,
     /// What the last pass left alone and why, and what it measured, until taken
     /// ([`Controller::take_pass_report`]).
     report: Option<(Notes, super::PassStats)>,
@@ -652,7 +654,7 @@ impl Controller {
         // Nothing changed since a pass that found nothing: skip the simulations, as an unchanged cluster
         // cannot be consolidated now if it could not be then. Re-examined at least every QUIET_RECHECK.
         let (cands, blocked) = super::candidates(inputs.state, inputs.types_for, inputs.now);
-        let digest = super::digest(inputs, &cands);
+        let digest = super::digest(inputs, &cands, &self.digests);
         if self.quiet.is_some_and(|(d, at)| d == digest && clock::since(now, at) < super::QUIET_RECHECK) {
             return events;
         }

@@ -84,6 +84,8 @@ pub struct Sim {
     /// The cluster's digest after a scheduling attempt that bound nothing: until it changes, pending pods
     /// stay unschedulable (kube-scheduler's unschedulable queue).
     unschedulable_digest: Option<u64>,
+    /// What those digests are made with.
+    digests: crate::disruption::DigestState,
     /// Disruption events, in order.
     pub events: Vec<(Timestamp, Event)>,
     /// Nodes rebooting for repair, and when each is back.
@@ -121,6 +123,7 @@ impl Sim {
             late: HashMap::new(),
             desired: BTreeMap::new(),
             unschedulable_digest: None,
+            digests: Default::default(),
             events: Vec::new(),
             rebooted: HashMap::new(),
             daemon_pods: Vec::new(),
@@ -405,9 +408,9 @@ impl Sim {
 
     /// A digest of what kube-scheduler decides on: pods and where they run, nodes with their taints,
     /// allocatable and conditions.
-    fn scheduling_digest(snapshot: &Snapshot) -> u64 {
-        use std::hash::{Hash, Hasher};
-        let mut h = std::collections::hash_map::DefaultHasher::new();
+    fn scheduling_digest(snapshot: &Snapshot, state: &crate::disruption::DigestState) -> u64 {
+        use std::hash::{BuildHasher, Hash, Hasher};
+        let mut h = state.build_hasher();
         for (key, p) in snapshot.pods.iter() {
             (key, p.spec.as_ref().and_then(|s| s.node_name.as_ref())).hash(&mut h);
             p.status.as_ref().and_then(|s| s.phase.as_ref()).hash(&mut h);
@@ -437,7 +440,7 @@ impl Sim {
         if !snapshot.any_unbound() {
             return;
         }
-        let digest = Self::scheduling_digest(&snapshot);
+        let digest = Self::scheduling_digest(&snapshot, &self.digests);
         if self.unschedulable_digest == Some(digest) {
             return;
         }
