@@ -692,6 +692,8 @@ pub async fn run(scenario: &Scenario, settings: Settings, progress: &mut dyn FnM
     let mut waits: Vec<f64> = Vec::new();
     let mut job_started: BTreeMap<String, Timestamp> = BTreeMap::new();
     let mut job_keys: std::collections::HashSet<String> = std::collections::HashSet::new();
+    // Jobs created and not yet bound: their clocks start when they bind.
+    let mut jobs_unstarted: BTreeSet<String> = BTreeSet::new();
     let mut ice_until: Vec<(OfferingKey, Timestamp)> = Vec::new();
     let mut failing_registrations: Option<(Timestamp, f64)> = None;
     let mut failing_readiness: Option<(Timestamp, f64)> = None;
@@ -750,6 +752,7 @@ pub async fn run(scenario: &Scenario, settings: Settings, progress: &mut dyn FnM
                             sim.add_pod(named(template, format!("{}-{n}", j.name)));
                             created.insert(key.clone(), now);
                             job_keys.insert(key.clone());
+                            jobs_unstarted.insert(key.clone());
                         }
                         if let Some(started) = job_started.get(&key)
                             && clock::since(now, *started) >= j.duration.0
@@ -824,19 +827,25 @@ pub async fn run(scenario: &Scenario, settings: Settings, progress: &mut dyn FnM
                 sim.never_ready.insert(inst.provider_id.clone());
             }
         });
-        // Bookkeeping: binding waits and job clocks.
+        // Bookkeeping: binding waits and job clocks, for the pods that just bound (those still waiting are
+        // few; the bound ones, a whole fleet).
         let pods = sim.api.lock().pods.clone();
-        for (key, pod) in pods.iter() {
-            if pod.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_none() {
-                continue;
+        let bound =
+            |key: &str| pods.get(key).is_some_and(|p| p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some());
+        created.retain(|key, c| {
+            let waiting = !bound(key);
+            if !waiting {
+                waits.push(clock::since(now, *c).as_secs_f64());
             }
-            if let Some(c) = created.remove(key) {
-                waits.push(clock::since(now, c).as_secs_f64());
-            }
-            if job_keys.contains(key) && !job_started.contains_key(key) {
+            waiting
+        });
+        jobs_unstarted.retain(|key| {
+            let waiting = !bound(key);
+            if !waiting {
                 job_started.insert(key.clone(), now);
             }
-        }
+            waiting
+        });
         let mut rate = 0.0;
         let mut nodes_by_ct: BTreeMap<String, u32> = BTreeMap::new();
         let mut nodes_by_it: BTreeMap<String, u32> = BTreeMap::new();
