@@ -347,6 +347,13 @@ impl ReadFacts {
     }
 }
 
+/// How many entries past where it was expected an [`ObjectMemo`] read looks for its object.
+const LOOKAHEAD: usize = 8;
+
+/// How many reads in a row an [`ObjectMemo`] takes for new objects, when looking ahead does not find them,
+/// before it indexes the last round by address.
+const UNINDEXED_MISSES: usize = 4;
+
 /// Values read from shared objects, kept while the object is the same allocation (a changed object is a
 /// new `Arc`). Each round of reads ([`ObjectMemo::get`]) ends with [`ObjectMemo::end_round`], which forgets
 /// the objects the round did not read; a round that can be cut short (a failed read) begins with
@@ -354,14 +361,20 @@ impl ReadFacts {
 /// its entry lives.
 ///
 /// Rounds list mostly the same objects in the same order (a snapshot's map, walked by key), so each read is
-/// first looked for where the last round had it, one step past the previous read: a pointer comparison. Only
-/// a read that is not there (an object added, changed or listed out of order) looks the address up, in an
-/// index of the last round built on the first such read.
+/// first looked for where the last round had it, one step past the previous read: a pointer comparison. A
+/// read that is not there looks a few entries further ([`LOOKAHEAD`]: the objects removed since are
+/// skipped), and an object found nowhere near is taken for one added or changed and read afresh. Only after
+/// [`UNINDEXED_MISSES`] such reads in a row (many objects added or removed together, or listed out of
+/// order) does a read look the address up, in an index of the last round built then: building it costs a
+/// hash insert per object, more than the few changes of most rounds. Until then an object listed out of
+/// place is read again, and gets the same value.
 ///
 /// An entry found is moved from the last round into this one, not copied: a round over objects that did
 /// not change touches neither their reference counts nor their memory, only the memo's own.
 #[derive(Debug)]
 pub(crate) struct ObjectMemo<T, V> {
+    /// The reads just made that were found neither where expected nor a few entries further.
+    misses: usize,
     /// The last finished round's objects and values, in the order it read them.
     last: Vec<Slot<T, V>>,
     /// Where in `last` the next read is expected.
@@ -393,7 +406,7 @@ impl<T, V> Slot<T, V> {
 
 impl<T, V> Default for ObjectMemo<T, V> {
     fn default() -> Self {
-        Self { last: Vec::new(), cursor: 0, by_address: None, next: Vec::new() }
+        Self { misses: 0, last: Vec::new(), cursor: 0, by_address: None, next: Vec::new() }
     }
 }
 
@@ -411,7 +424,22 @@ impl<T, V: Clone> ObjectMemo<T, V> {
     pub(crate) fn try_get<E>(&mut self, object: Option<&Arc<T>>, read: impl FnOnce() -> Result<V, E>) -> Result<V, E> {
         let Some(object) = object else { return read() };
         let at = match self.last.get(self.cursor) {
-            Some(Slot::Kept(o, _)) if Arc::ptr_eq(o, object) => Some(self.cursor),
+            Some(Slot::Kept(o, _)) if Arc::ptr_eq(o, object) => {
+                self.misses = 0;
+                Some(self.cursor)
+            }
+            _ if self.by_address.is_none() && self.misses < UNINDEXED_MISSES => {
+                // From the entry just read (an object listed twice in a row) to a few past the expected one.
+                let (last, next) = (&self.last, &self.next);
+                let holds = |slot: &Slot<T, V>| match slot {
+                    Slot::Kept(o, _) => Arc::ptr_eq(o, object),
+                    Slot::Moved(j) => next[*j].kept().is_some_and(|(o, _)| Arc::ptr_eq(o, object)),
+                };
+                let end = last.len().min(self.cursor + LOOKAHEAD);
+                let ahead = (self.cursor.saturating_sub(1)..end).find(|&i| holds(&last[i]));
+                self.misses = if ahead.is_some() { 0 } else { self.misses + 1 };
+                ahead
+            }
             _ => {
                 let (last, next) = (&self.last, &self.next);
                 let index = self.by_address.get_or_insert_with(|| {
@@ -450,13 +478,23 @@ impl<T, V: Clone> ObjectMemo<T, V> {
     /// round's values stay.
     pub(crate) fn begin_round(&mut self) {
         if !self.next.is_empty() {
-            // A round cut short gives back the entries it took over, after those it did not reach.
+            // A round cut short gives back the entries it took over, where they were; what it read afresh
+            // follows.
+            let mut taken: Vec<Option<Slot<T, V>>> = std::mem::take(&mut self.next).into_iter().map(Some).collect();
+            for slot in &mut self.last {
+                if let Slot::Moved(j) = *slot
+                    && let Some(entry) = taken.get_mut(j).and_then(Option::take)
+                {
+                    *slot = entry;
+                }
+            }
             self.last.retain(|slot| matches!(slot, Slot::Kept(..)));
-            self.last.append(&mut self.next);
+            self.last.extend(taken.into_iter().flatten());
             self.by_address = None;
         }
         self.next.reserve(self.last.len());
         self.cursor = 0;
+        self.misses = 0;
     }
 
     /// Ends a round: what it did not read is forgotten.
@@ -464,6 +502,7 @@ impl<T, V: Clone> ObjectMemo<T, V> {
         self.last = std::mem::take(&mut self.next);
         self.cursor = 0;
         self.by_address = None;
+        self.misses = 0;
     }
 
     /// How many objects the memo holds.
@@ -1153,26 +1192,67 @@ mod tests {
         let mut reads = 0;
         assert_eq!(memo_round(&mut memo, &[a, b, c, d], &mut reads), [0, 10, 20, 30]);
         assert_eq!(reads, 4);
-        // Same order, one gone, one new, and one listed twice; then a reversed order.
+        // Same order, one gone, one new, and one listed twice.
         assert_eq!(memo_round(&mut memo, &[a, c, e, d, d], &mut reads), [0, 20, 40, 30, 30]);
         assert_eq!(reads, 5, "only the new object is read");
+        // Reversed: the first is found ahead; the others, out of place, are read again until the memo
+        // indexes the last round, and keep their values.
         assert_eq!(memo_round(&mut memo, &[d, e, c, a], &mut reads), [30, 40, 20, 0]);
-        assert_eq!(reads, 5);
+        assert_eq!(reads, 8);
+        assert_eq!(memo_round(&mut memo, &[d, e, c, a], &mut reads), [30, 40, 20, 0]);
+        assert_eq!(reads, 8, "the same order again reads nothing");
         // A value equal in content but another allocation is another object.
         let a2 = Arc::new(0);
         assert_eq!(memo_round(&mut memo, &[&a2, f], &mut reads), [0, 50]);
-        assert_eq!((reads, memo.len()), (7, 2));
+        assert_eq!((reads, memo.len()), (10, 2));
         assert_eq!(memo_round(&mut memo, &[a], &mut reads), [0]);
-        assert_eq!(reads, 8, "a forgotten object is read again");
+        assert_eq!(reads, 11, "a forgotten object is read again");
         // A round cut short by a failed read gives back what it had taken over: the next round reads
         // nothing it already knew.
         assert_eq!(memo_round(&mut memo, &[a, b, c], &mut reads), [0, 10, 20]);
-        assert_eq!(reads, 10);
+        assert_eq!(reads, 13);
         memo.begin_round();
         assert_eq!(memo.try_get(Some(b), || Err::<u32, ()>(())), Ok(10));
         assert_eq!(memo.try_get(Some(d), || Err::<u32, ()>(())), Err(()));
-        assert_eq!(memo_round(&mut memo, &[c, b, a], &mut reads), [20, 10, 0]);
-        assert_eq!((reads, memo.len()), (10, 3));
+        assert_eq!(memo_round(&mut memo, &[a, b, c], &mut reads), [0, 10, 20]);
+        assert_eq!((reads, memo.len()), (13, 3));
+    }
+
+    /// In a long list walked in the same order, new objects scattered through it are the only reads, and a
+    /// long run of removed ones costs at most a few reads before the memo indexes the last round.
+    #[test]
+    fn the_memo_reads_only_what_changed_in_a_long_list() {
+        let objects: Vec<Arc<u32>> = (0..200).map(Arc::new).collect();
+        let mut memo = ObjectMemo::default();
+        let mut reads = 0;
+        let all: Vec<&Arc<u32>> = objects.iter().collect();
+        memo_round(&mut memo, &all, &mut reads);
+        assert_eq!(reads, 200);
+        // Every tenth object replaced by a new one, and a few removed.
+        let fresh: Vec<Arc<u32>> = (0..20).map(|i| Arc::new(1000 + i)).collect();
+        let mut list: Vec<&Arc<u32>> = Vec::new();
+        for (i, o) in objects.iter().enumerate() {
+            match i % 10 {
+                0 => list.push(&fresh[i / 10]),
+                5 if i % 20 == 5 => {}
+                _ => list.push(o),
+            }
+        }
+        let values = memo_round(&mut memo, &list, &mut reads);
+        assert_eq!(values, list.iter().map(|o| ***o * 10).collect::<Vec<_>>());
+        assert_eq!(reads, 220, "only the 20 new objects are read");
+        // Objects 20 to 119 removed at once: a few of those after them are read again, then found.
+        let mut list2: Vec<&Arc<u32>> = list.iter().copied().filter(|o| !(20..120).contains(&***o)).collect();
+        let before = reads;
+        let values = memo_round(&mut memo, &list2, &mut reads);
+        assert_eq!(values, list2.iter().map(|o| ***o * 10).collect::<Vec<_>>());
+        assert!(reads - before <= UNINDEXED_MISSES, "{} reads", reads - before);
+        list2.reverse();
+        memo_round(&mut memo, &list2, &mut reads);
+        let before = reads;
+        list2.reverse();
+        memo_round(&mut memo, &list2, &mut reads);
+        assert!(reads - before <= UNINDEXED_MISSES, "{} reads", reads - before);
     }
 
     #[test]
