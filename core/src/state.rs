@@ -1185,7 +1185,7 @@ mod tests {
     }
 
     #[test]
-    fn the_memo_finds_objects_in_any_order_and_reads_only_new_ones() {
+    fn the_memo_keeps_values_in_any_order_and_in_order_reads_only_new_objects() {
         let objects: Vec<Arc<u32>> = (0..6).map(Arc::new).collect();
         let [a, b, c, d, e, f] = [0, 1, 2, 3, 4, 5].map(|i| &objects[i]);
         let mut memo = ObjectMemo::default();

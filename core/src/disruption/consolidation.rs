@@ -722,25 +722,23 @@ impl<'a> Simulator<'a> {
     /// reason. A simulation that does not stop is the one [`Simulator::consolidate`] runs, concluded as it
     /// does, so every command is the same.
     pub(super) fn consolidate_unread(&mut self, cands: &[&Candidate], multi: bool) -> Result<Command, String> {
-        // A pod placed on a node still booting cannot count on it: whatever else the simulation finds, the
-        // candidates stay ([`Simulator::keep_off_booting`], [`Simulator::conclude`]).
-        let marked_node = !self.booting.is_empty();
-        let (stop, at_claim) = match self.stop_for(cands, multi) {
-            Some((stop, reason)) => (StopAt { marked_node, ..stop }, reason),
-            // No claim stops this one: the reason for one is never given.
-            None if marked_node => (StopAt { first_claim_below: None, second_claim: false, marked_node }, ""),
-            None => return self.consolidate(cands, multi),
+        let Some(stop) = self.stop_for(cands, multi) else {
+            return self.consolidate(cands, multi);
         };
         match self.simulate_unless(cands, stop) {
             Ok(r) => self.conclude(cands, multi, r),
-            Err(Stopped::Claim) => Err(at_claim.into()),
+            // Only the spot stop takes any first claim and no second one.
+            Err(Stopped::Claim) if stop.second_claim => Err(NEEDS_A_DEARER_NODE.into()),
+            Err(Stopped::Claim) => Err(NEEDS_A_NEW_SPOT_NODE.into()),
             Err(Stopped::MarkedNode) => Err(LANDS_ON_A_BOOTING_NODE.into()),
         }
     }
 
-    /// Where a simulation of `cands` may stop once the answer is known to be "stays", and the reason it
-    /// then gives; `None` when it must run in full. With a split to try (single-node, several pods, the
-    /// split fallback on) nothing is known at a new node. Otherwise the answer is known
+    /// Where a simulation of `cands` may stop once the answer is known to be "stays"; `None` when it must
+    /// run in full. The answer is known at the first pod placed on a node still booting: its pods cannot
+    /// count on that room ([`Simulator::keep_off_booting`], [`Simulator::conclude`]). With a split to try
+    /// (single-node, several pods, the split fallback on) nothing is known at a new node. Otherwise it is
+    /// also known
     /// - at any new node when only a delete can move them ([`Simulator::only_a_delete_moves`]);
     /// - at a first new node none of whose offerings costs less than they do: a replacement must be
     ///   priced below them (on spot too, for the on-demand → spot retry), and the options and offerings
@@ -749,19 +747,20 @@ impl<'a> Simulator<'a> {
     ///
     /// The last two need the claims a solve returns to be the ones it opened: not when a pool packing by
     /// marginal cost re-packs them.
-    fn stop_for(&self, cands: &[&Candidate], multi: bool) -> Option<(StopAt, &'static str)> {
-        if self.split_applies(cands, multi) {
-            return None;
-        }
-        if self.only_a_delete_moves(cands) {
-            let stop = StopAt { first_claim_below: Some(f64::NEG_INFINITY), second_claim: false, marked_node: false };
-            return Some((stop, NEEDS_A_NEW_SPOT_NODE));
-        }
-        if self.bases().repacks_claims {
-            return None;
-        }
-        let price = cands.iter().map(|c| c.price).sum();
-        Some((StopAt { first_claim_below: Some(price), second_claim: true, marked_node: false }, NEEDS_A_DEARER_NODE))
+    fn stop_for(&self, cands: &[&Candidate], multi: bool) -> Option<StopAt> {
+        let marked_node = !self.booting.is_empty();
+        let no_claim = StopAt { first_claim_below: None, second_claim: false, marked_node };
+        let stop = if self.split_applies(cands, multi) {
+            no_claim
+        } else if self.only_a_delete_moves(cands) {
+            StopAt { first_claim_below: Some(f64::NEG_INFINITY), ..no_claim }
+        } else if self.bases().repacks_claims {
+            no_claim
+        } else {
+            let price = cands.iter().map(|c| c.price).sum();
+            StopAt { first_claim_below: Some(price), second_claim: true, marked_node }
+        };
+        (stop.first_claim_below.is_some() || stop.second_claim || stop.marked_node).then_some(stop)
     }
 
     /// Whether the only command consolidation can give `cands`, no split considered, is a delete: spot
