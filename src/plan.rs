@@ -77,7 +77,7 @@ pub fn compute(files: &[PathBuf], settings: &Settings, now: Timestamp) -> Result
     // Pods are reduced to what the state keeps of them as they are read, and the rest of the snapshot goes
     // into the state: a dump of tens of thousands of pods is never held as Kubernetes objects.
     let snapshot = Snapshot::<ReadPods>::read_files(files)?;
-    let types = snapshot.instance_types();
+    let types: std::sync::Arc<[tenon_core::cloud::InstanceType]> = snapshot.instance_types().into();
     let state = ClusterState::from_read_snapshot(snapshot, now).context("reading the snapshot")?;
     let types_for = |_: &tenon_core::api::NodePool| types.clone();
     let results = provisioning::schedule(&state, &types_for, &Nominations::default(), settings, now);

@@ -29,7 +29,7 @@ fn bench(c: &mut Criterion) {
 
     let small = workload::fleet(1_000, 10, 7);
     let st = state(&small, now);
-    let types = small.instance_types.clone();
+    let types: std::sync::Arc<[tenon_core::cloud::InstanceType]> = small.instance_types.clone().into();
     let types_for = |_: &NodePool| types.clone();
     let inputs = Inputs { state: &st, types_for: &types_for, settings: &settings, now };
     let (cands, _) = disruption::candidates(&st, &types_for, now);
@@ -44,7 +44,7 @@ fn bench(c: &mut Criterion) {
 
     let big = workload::fleet(5_000, 10, 11);
     let st = state(&big, now);
-    let types = big.instance_types.clone();
+    let types: std::sync::Arc<[tenon_core::cloud::InstanceType]> = big.instance_types.clone().into();
     let types_for = |_: &NodePool| types.clone();
     let pass = disruption::compute(&Inputs { state: &st, types_for: &types_for, settings: &settings, now });
     eprintln!(

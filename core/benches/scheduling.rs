@@ -22,7 +22,7 @@ use tenon_core::scheduling::{PodInfo, PoolInput, Results, Scheduler, SchedulerOp
 fn pool() -> PoolInput {
     PoolInput {
         pool: NodePool::new("default", NodePoolSpec::default()),
-        instance_types: workload::instance_types(400),
+        instance_types: workload::instance_types(400).into(),
         in_use: Resources::ZERO,
         nodes_in_use: 0,
     }

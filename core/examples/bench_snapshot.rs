@@ -179,6 +179,7 @@ fn time(files: &[String], objects: bool) -> Result<()> {
         eprintln!("state:        {}  {}", t.done(), memory());
         (state, types)
     };
+    let types: std::sync::Arc<[tenon_core::cloud::InstanceType]> = types.into();
     let types_for = |_: &NodePool| types.clone();
     let t = Phase::start();
     let results = provisioning::schedule(&state, &types_for, &Default::default(), &settings, now);

@@ -107,7 +107,10 @@ impl Nominations {
 }
 
 /// The scheduler's view of the pools: each with its instance types and what it already holds.
-pub fn pool_inputs(state: &ClusterState, types_for: &dyn Fn(&NodePool) -> Vec<InstanceType>) -> Vec<PoolInput> {
+pub fn pool_inputs(
+    state: &ClusterState,
+    types_for: &dyn Fn(&NodePool) -> std::sync::Arc<[InstanceType]>,
+) -> Vec<PoolInput> {
     state
         .pools
         .iter()
@@ -177,7 +180,7 @@ pub fn scheduler_options(settings: &Settings) -> SchedulerOptions {
 /// against the cluster and its pools.
 pub fn schedule(
     state: &ClusterState,
-    types_for: &dyn Fn(&NodePool) -> Vec<InstanceType>,
+    types_for: &dyn Fn(&NodePool) -> std::sync::Arc<[InstanceType]>,
     nominations: &Nominations,
     settings: &Settings,
     now: Timestamp,
@@ -211,7 +214,7 @@ pub struct Provisioned {
 /// every placed pod (to its new claim or existing node) so the next batch does not buy for it again.
 pub fn provision(
     state: &ClusterState,
-    types_for: &dyn Fn(&NodePool) -> Vec<InstanceType>,
+    types_for: &dyn Fn(&NodePool) -> std::sync::Arc<[InstanceType]>,
     nominations: &mut Nominations,
     settings: &Settings,
     now: Timestamp,
@@ -324,7 +327,7 @@ mod tests {
             n += 1;
             format!("{pool}-{n}")
         };
-        let types = |_: &NodePool| FakeCloud::default_catalog();
+        let types = |_: &NodePool| FakeCloud::default_catalog().into();
         let first = provision(&state, &types, &mut nominations, &settings, at(0), &mut name);
         assert_eq!(first.claims.len(), 1);
         let claim = &first.claims[0];

@@ -316,7 +316,7 @@ mod tests {
             overhead: Default::default(),
             offerings: vec![Offering::new("a", CapacityType::OnDemand, 3.0)],
         }];
-        let types_for = move |_: &NodePool| types.clone();
+        let types_for = move |_: &NodePool| types.clone().into();
         let flags = if gate { vec![("FEATURE_GATES".to_owned(), "NodeRepair=true".to_owned())] } else { vec![] };
         let settings: Settings = crate::settings::load(None, Vec::new(), &flags).unwrap().settings;
         repairer.decide(

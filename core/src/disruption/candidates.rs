@@ -1,5 +1,6 @@
 //! Which nodes may be disrupted, and at what cost: the gates of the disruption ladder.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use jiff::Timestamp;
@@ -266,7 +267,7 @@ pub fn claim_lifetime_remaining(claim: &crate::api::NodeClaim, now: Timestamp) -
 /// returned as blocked with their reason.
 pub fn candidates(
     state: &ClusterState,
-    types_for: &dyn Fn(&NodePool) -> Vec<InstanceType>,
+    types_for: &dyn Fn(&NodePool) -> Arc<[InstanceType]>,
     now: Timestamp,
 ) -> (Vec<Candidate>, Vec<Blocked>) {
     let pdb_allowed: Vec<(usize, i32)> =
@@ -274,7 +275,8 @@ pub fn candidates(
     let mut out = Vec::new();
     let mut blocked = Vec::new();
     // Each pool's instance types, with the first of each name by name.
-    let mut types_cache: std::collections::HashMap<String, (Vec<InstanceType>, FxHashMap<String, usize>)> =
+    type ByName = FxHashMap<String, usize>;
+    let mut types_cache: std::collections::HashMap<String, (Arc<[InstanceType]>, ByName)> =
         std::collections::HashMap::new();
     let mut templates: std::collections::HashMap<&str, Template> = std::collections::HashMap::new();
     for (index, node) in state.nodes.iter().enumerate() {

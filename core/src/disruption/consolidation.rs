@@ -218,7 +218,7 @@ impl Score {
 fn pool_totals(inputs: &Inputs<'_>, cands: &[Candidate]) -> HashMap<String, PoolTotals> {
     let state = inputs.state;
     let by_index: HashMap<usize, &Candidate> = cands.iter().map(|c| (c.index, c)).collect();
-    let mut types: HashMap<&str, Vec<InstanceType>> = HashMap::new();
+    let mut types: HashMap<&str, Arc<[InstanceType]>> = HashMap::new();
     let mut totals: HashMap<String, PoolTotals> = HashMap::new();
     for (i, node) in state.nodes.iter().enumerate() {
         let Some(pool) = node.pool.as_deref() else { continue };

@@ -170,7 +170,7 @@ pub struct Inputs<'a> {
     /// The cluster.
     pub state: &'a ClusterState,
     /// Instance types per pool (prices, and capacity for replacements).
-    pub types_for: &'a dyn Fn(&NodePool) -> Vec<InstanceType>,
+    pub types_for: &'a dyn Fn(&NodePool) -> std::sync::Arc<[InstanceType]>,
     /// Settings (feature gates, fleet-pricing knobs).
     pub settings: &'a Settings,
     /// The time of the pass.
@@ -288,7 +288,7 @@ pub fn digest(inputs: &Inputs<'_>, cands: &[Candidate], state: &DigestState) -> 
         }
     }
     for pool in &state.pools {
-        for it in (inputs.types_for)(pool) {
+        for it in (inputs.types_for)(pool).iter() {
             it.name.hash(&mut h);
             for o in &it.offerings {
                 (&o.zone, o.capacity_type, o.price.to_bits(), o.available, o.reservation_capacity).hash(&mut h);

@@ -785,7 +785,7 @@ mod tests {
             self.api.set_now(now);
             let state = self.state(now);
             let types = self.types.clone();
-            let types_for = move |_: &NodePool| types.clone();
+            let types_for = move |_: &NodePool| types.clone().into();
             let inputs = Inputs { state: &state, types_for: &types_for, settings: &self.settings, now };
             let seq = &mut self.seq;
             let mut name_for = |pool: &str| {
@@ -798,7 +798,7 @@ mod tests {
         fn provision(&mut self, nominations: &mut Nominations, now: Timestamp) -> usize {
             let state = self.state(now);
             let types = self.types.clone();
-            let types_for = move |_: &NodePool| types.clone();
+            let types_for = move |_: &NodePool| types.clone().into();
             provisioning::schedule(&state, &types_for, nominations, &self.settings, now).claims.len()
         }
 

@@ -98,7 +98,7 @@ impl Fleet {
     fn pass_with(&self, settings: &Settings) -> Pass {
         let state = self.state();
         let types = self.types.clone();
-        let types_for = move |_: &NodePool| types.clone();
+        let types_for = move |_: &NodePool| types.clone().into();
         compute(&Inputs { state: &state, types_for: &types_for, settings, now: now() })
     }
 
@@ -110,7 +110,7 @@ impl Fleet {
     fn pass_unread(&self, settings: &Settings, unread: &dyn Fn(&str) -> bool) -> Pass {
         let state = self.state();
         let types = self.types.clone();
-        let types_for = move |_: &NodePool| types.clone();
+        let types_for = move |_: &NodePool| types.clone().into();
         let inputs = Inputs { state: &state, types_for: &types_for, settings, now: now() };
         let (cands, blocked) = candidates(&state, &types_for, now());
         compute_with(&inputs, cands, blocked, &Default::default(), unread)
@@ -120,7 +120,7 @@ impl Fleet {
     fn single(&self, settings: &Settings) -> (Vec<Command>, Vec<Blocked>) {
         let state = self.state();
         let types = self.types.clone();
-        let types_for = move |_: &NodePool| types.clone();
+        let types_for = move |_: &NodePool| types.clone().into();
         let inputs = Inputs { state: &state, types_for: &types_for, settings, now: now() };
         let (cands, _) = candidates(&state, &types_for, now());
         let mut sim = Simulator::new(&inputs, &cands);
@@ -486,7 +486,7 @@ fn stopping_early_decides_as_the_full_simulation() {
             state.nodes[0].initialized = false;
         }
         let types = fleet.types.clone();
-        let types_for = move |_: &NodePool| types.clone();
+        let types_for = move |_: &NodePool| types.clone().into();
         let (cands, _) = candidates(&state, &types_for, now());
         for flags in [
             vec![],
@@ -687,7 +687,7 @@ fn single_node_interleaves_pools_and_takes_unreached_pools_first_after_a_timeout
         .pod("z1-pod", "z1", "3500m", 0, json!({}));
     let state = fleet.state();
     let types = fleet.types.clone();
-    let types_for = move |_: &NodePool| types.clone();
+    let types_for = move |_: &NodePool| types.clone().into();
     let settings = Settings::default();
     let inputs = Inputs { state: &state, types_for: &types_for, settings: &settings, now: now() };
     let (cands, _) = candidates(&state, &types_for, now());
@@ -740,7 +740,7 @@ fn drifted_nodes_are_replaced_and_expired_leases_go_to_spot_first() {
     let claim = expire_lease(&mut state);
     claim.spec.termination_grace_period = Some(crate::api::KubeDuration::from_secs(3600));
     let types = fleet.types.clone();
-    let types_for = move |_: &NodePool| types.clone();
+    let types_for = move |_: &NodePool| types.clone().into();
     let s = Settings::default();
     let pass = compute(&Inputs { state: &state, types_for: &types_for, settings: &s, now: now() });
     assert_eq!(pass.method, Some(Method::Drift));
@@ -758,7 +758,7 @@ fn drifted_nodes_are_replaced_and_expired_leases_go_to_spot_first() {
             t
         })
         .collect();
-    let types_for = move |_: &NodePool| no_spot.clone();
+    let types_for = move |_: &NodePool| no_spot.clone().into();
     let pass = compute(&Inputs { state: &state, types_for: &types_for, settings: &s, now: now() });
     assert!(pass.commands.is_empty());
     assert!(pass.unconsolidatable[0].reason.contains("no spot or reserved capacity to reclaim its on-demand lease"));
@@ -791,7 +791,7 @@ fn an_expired_lease_is_reclaimed_onto_owned_reserved_capacity() {
     let mut state = fleet.state();
     expire_lease(&mut state);
     let types = fleet.types.clone();
-    let types_for = move |_: &NodePool| types.clone();
+    let types_for = move |_: &NodePool| types.clone().into();
     let s = Settings::default();
     let pass = compute(&Inputs { state: &state, types_for: &types_for, settings: &s, now: now() });
     assert_eq!(pass.method, Some(Method::Drift));
@@ -879,7 +879,7 @@ fn room_promised_to_pending_or_deleting_nodes_pods_is_not_room_for_candidates() 
         .pod("staying", "small", "2", 1, json!({}));
     let settings = Settings::default();
     let types = fleet.types.clone();
-    let types_for = move |_: &NodePool| types.clone();
+    let types_for = move |_: &NodePool| types.clone().into();
     let decide = |leaving_is_deleting: bool| {
         let mut state = fleet.state();
         for n in state.nodes.iter_mut().filter(|n| n.name == "leaving") {
@@ -907,7 +907,7 @@ fn room_promised_to_pending_or_deleting_nodes_pods_is_not_room_for_candidates() 
     fleet.nodes.retain(|n| n.metadata.name.as_deref() != Some("leaving"));
     let state = fleet.state();
     let types = fleet.types.clone();
-    let types_for = move |_: &NodePool| types.clone();
+    let types_for = move |_: &NodePool| types.clone().into();
     let inputs = Inputs { state: &state, types_for: &types_for, settings: &settings, now: now() };
     let (cands, _) = candidates(&state, &types_for, now());
     let cands: Vec<_> = cands.into_iter().filter(|c| c.node == "small").collect();
@@ -925,7 +925,7 @@ fn pods_do_not_move_onto_nodes_still_booting() {
         .pod("p", "busy", "1", 0, json!({}))
         .pod("q", "booting", "1", 0, json!({}));
     let types = fleet.types.clone();
-    let types_for = move |_: &NodePool| types.clone();
+    let types_for = move |_: &NodePool| types.clone().into();
     let settings = Settings::default();
     // Both initialized: one pod joins the other and a node goes.
     let state = fleet.state();
@@ -1008,7 +1008,7 @@ fn a_node_nominated_for_a_pending_pod_is_not_disrupted() {
     let awaited = state.nodes.iter().position(|n| n.name == "awaited").unwrap();
     state.nodes[awaited].nominated = true;
     let types = fleet.types.clone();
-    let types_for = move |_: &NodePool| types.clone();
+    let types_for = move |_: &NodePool| types.clone().into();
     let pass = compute(&Inputs { state: &state, types_for: &types_for, settings: &Settings::default(), now: now() });
     let emptied: Vec<&str> = pass.commands.iter().flat_map(|c| c.candidates.iter().map(|x| x.node.as_str())).collect();
     assert_eq!(emptied, ["empty"]);
@@ -1095,7 +1095,7 @@ fn claims_still_launching_do_not_use_up_the_budget() {
     let (pool, allowed, _) = allowances(&state, DisruptionReason::Empty, now()).remove(0);
     assert_eq!((pool.as_str(), allowed), ("default", 1));
     let types = fleet.types.clone();
-    let types_for = move |_: &NodePool| types.clone();
+    let types_for = move |_: &NodePool| types.clone().into();
     let pass = compute(&Inputs { state: &state, types_for: &types_for, settings: &Settings::default(), now: now() });
     assert_eq!(pass.commands.iter().map(|c| c.candidates.len()).sum::<usize>(), 1, "{pass:?}");
 }
@@ -1110,14 +1110,14 @@ fn vanished_types_drift_and_unpriced_nodes_can_still_be_emptied() {
         m5_fleet("100%").node("retired", "default", "m5.large", "a", OnDemand).pod("p", "retired", "1", 0, json!({}));
     let state = fleet.state();
     let pass_with = |types: Vec<InstanceType>| {
-        let types_for = move |_: &NodePool| types.clone();
+        let types_for = move |_: &NodePool| types.clone().into();
         compute(&Inputs { state: &state, types_for: &types_for, settings: &Settings::default(), now: now() })
     };
     // The provider lists another type now.
     let pass = pass_with(vec![itype("m6i.large", 2, 0, &[("a", OnDemand, 0.096)])]);
     assert_eq!(pass.method, Some(Method::Drift), "{pass:?}");
     assert_eq!(pass.commands[0].reason, DisruptionReason::Drifted);
-    let (cands, _) = candidates(&state, &|_: &NodePool| vec![itype("m6i.large", 2, 0, &[])], now());
+    let (cands, _) = candidates(&state, &|_: &NodePool| vec![itype("m6i.large", 2, 0, &[])].into(), now());
     assert_eq!(cands[0].drift.as_deref(), Some(INSTANCE_TYPE_NOT_FOUND));
     // No types at all: nothing is known to be gone, and the empty node is deleted all the same.
     let empty = Fleet { types: Vec::new(), ..Default::default() }
@@ -1125,7 +1125,7 @@ fn vanished_types_drift_and_unpriced_nodes_can_still_be_emptied() {
     let mut empty = empty;
     empty.nodes = fleet.nodes.clone();
     let state = empty.state();
-    let types_for = |_: &NodePool| Vec::<InstanceType>::new();
+    let types_for = |_: &NodePool| Vec::<InstanceType>::new().into();
     let pass = compute(&Inputs { state: &state, types_for: &types_for, settings: &Settings::default(), now: now() });
     assert_eq!(pass.method, Some(Method::Emptiness), "{pass:?}");
     let (cands, _) = candidates(&state, &types_for, now());
@@ -1159,7 +1159,7 @@ fn consolidate_after_counts_from_initialization_without_a_pod_event() {
         initialized,
     );
     let types = fleet.types.clone();
-    let (cands, _) = candidates(&state, &move |_: &NodePool| types.clone(), now());
+    let (cands, _) = candidates(&state, &move |_: &NodePool| types.clone().into(), now());
     assert!(!cands[0].consolidatable, "{:?}", cands[0].consolidation_block);
     assert!(
         cands[0].consolidation_block.as_deref().is_some_and(|b| b.contains("10m")),
@@ -1207,7 +1207,7 @@ fn drifted_nodes_are_replaced_in_the_order_they_drifted() {
         );
     }
     let types = fleet.types.clone();
-    let types_for = move |_: &NodePool| types.clone();
+    let types_for = move |_: &NodePool| types.clone().into();
     let pass = compute(&Inputs { state: &state, types_for: &types_for, settings: &Settings::default(), now: now() });
     assert_eq!(pass.method, Some(Method::Drift), "{pass:?}");
     assert_eq!(pass.commands.len(), 1, "one command per candidate");

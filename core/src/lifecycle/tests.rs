@@ -515,7 +515,7 @@ async fn an_on_demand_lease_expires_into_drift_and_is_reclaimed_to_spot() {
                 t.offerings.retain(|o| o.capacity_type != crate::cloud::CapacityType::Spot);
             }
         }
-        let types_for = move |_: &NodePool| types.clone();
+        let types_for = move |_: &NodePool| types.clone().into();
         crate::disruption::compute(&crate::disruption::Inputs {
             state: &state,
             types_for: &types_for,
@@ -677,7 +677,7 @@ async fn a_spot_interruption_drains_replaces_and_marks_the_offering() {
     let types_for = move |_: &NodePool| {
         let mut t = FakeCloud::default_catalog();
         unavailable.apply("fake", &mut t, &[], now);
-        t
+        t.into()
     };
     let r = crate::provisioning::schedule(&state, &types_for, &Default::default(), &Settings::default(), now);
     assert_eq!(r.claims.len(), 1);

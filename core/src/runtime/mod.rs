@@ -105,6 +105,10 @@ pub struct Runtime {
     types: HashMap<String, Vec<InstanceType>>,
     /// Whether `types` was read afresh since [`Runtime::take_offerings_changed`] last looked.
     types_read: bool,
+    /// What the last pass read for each NodePool: the types with the unavailable offerings applied. A pass
+    /// that reads the same gets the same allocation, so the decisions can tell in a pointer comparison that
+    /// nothing changed (see `scheduling`'s built-types memo).
+    offered: HashMap<String, Arc<[InstanceType]>>,
     recovered: bool,
     /// The NodePools last validated, and each one's validation.
     valid_pools: Option<(Arc<Vec<NodePool>>, Vec<Validation>)>,
@@ -228,6 +232,7 @@ impl Runtime {
             next_gc: now,
             types: HashMap::new(),
             types_read: false,
+            offered: HashMap::new(),
             recovered: false,
             valid_pools: None,
             decisions: Vec::new(),
@@ -547,7 +552,7 @@ impl Runtime {
                 let counted = of_pool.iter().filter(|c| c.metadata.deletion_timestamp.is_none()).count() as u64;
                 let room = limit.map_or(u64::MAX, |l| l.saturating_sub(counted));
                 let types = self.refresh_types(std::slice::from_ref(pool), now).await;
-                let types = types.get(pool.name()).cloned().unwrap_or_default();
+                let types = types.get(pool.name()).cloned().unwrap_or_else(|| Arc::new([]));
                 let Some(plan) =
                     provisioning::static_claim_plan(pool, &types, self.settings.max_instance_types as usize)
                 else {
@@ -589,7 +594,7 @@ impl Runtime {
 
     /// Reads each pool's offerings afresh (reserved capacity frees up, prices move); a pool whose
     /// provider cannot be read keeps its last types.
-    async fn refresh_types(&mut self, pools: &[NodePool], now: Timestamp) -> HashMap<String, Vec<InstanceType>> {
+    async fn refresh_types(&mut self, pools: &[NodePool], now: Timestamp) -> HashMap<String, Arc<[InstanceType]>> {
         let mut out = HashMap::with_capacity(pools.len());
         for pool in pools {
             let Ok(provider) = self.lifecycle.registry().for_pool(pool).cloned() else { continue };
@@ -603,9 +608,18 @@ impl Runtime {
             if let Some(types) = self.types.get(pool.name()) {
                 let mut types = types.clone();
                 self.unavailable.apply(provider.name(), &mut types, &[], now);
+                let types = match self.offered.get(pool.name()) {
+                    Some(last) if **last == *types => Arc::clone(last),
+                    _ => {
+                        let types: Arc<[InstanceType]> = types.into();
+                        self.offered.insert(pool.name().to_owned(), Arc::clone(&types));
+                        types
+                    }
+                };
                 out.insert(pool.name().to_owned(), types);
             }
         }
+        self.offered.retain(|name, _| self.types.contains_key(name));
         out
     }
 
@@ -627,7 +641,7 @@ impl Runtime {
         }
         self.batcher.reset();
         let types = self.refresh_types(&snapshot.pools, now).await;
-        let types_for = move |p: &NodePool| types.get(p.name()).cloned().unwrap_or_default();
+        let types_for = move |p: &NodePool| types.get(p.name()).cloned().unwrap_or_else(|| Arc::new([]));
         self.nominations.expire(now, |t| snapshot.claims.contains_key(t) || snapshot.nodes.contains_key(t));
         let names = &mut self.names;
         let mut name_for = |pool: &str| names(pool);
@@ -839,7 +853,7 @@ impl Runtime {
         // Disruption prices against current offerings: owned machines freed, spot prices moved.
         let types = self.refresh_types(&snapshot.pools, now).await;
         let Some(state) = self.state(&snapshot, now) else { return };
-        let types_for = move |p: &NodePool| types.get(p.name()).cloned().unwrap_or_default();
+        let types_for = move |p: &NodePool| types.get(p.name()).cloned().unwrap_or_else(|| Arc::new([]));
         let inputs = crate::disruption::Inputs { state: &state, types_for: &types_for, settings: &self.settings, now };
         let names = &mut self.names;
         let mut name_for = |pool: &str| names(pool);

@@ -18,7 +18,7 @@ use crate::resources::Resources;
 pub const MAX_REALIZATIONS: usize = 4096;
 
 /// The pod a DaemonSet would run on a node.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct DaemonPod {
     /// `namespace/name` of the DaemonSet.
     pub name: String,

@@ -732,7 +732,7 @@ mod tests {
     }
 
     fn solve(pool: NodePool, types: Vec<InstanceType>, pods: Vec<PodInfo>) -> Results {
-        let input = PoolInput { pool, instance_types: types, in_use: Resources::ZERO, nodes_in_use: 0 };
+        let input = PoolInput { pool, instance_types: types.into(), in_use: Resources::ZERO, nodes_in_use: 0 };
         let r = Scheduler::new(vec![input], vec![], vec![], &[], SchedulerOptions::default()).solve(pods);
         assert!(r.unschedulable.is_empty(), "{:?}", r.unschedulable);
         r
@@ -845,7 +845,7 @@ mod tests {
         // As does a marginal-cost pool when marginal-cost packing is off.
         let input = PoolInput {
             pool: pool("marginal-cost", json!({})),
-            instance_types: four_by_four(),
+            instance_types: four_by_four().into(),
             in_use: Resources::ZERO,
             nodes_in_use: 0,
         };

@@ -48,7 +48,7 @@ pub struct PoolInput {
     /// The pool.
     pub pool: NodePool,
     /// Its provider's instance types (with the unavailable-offerings cache already applied).
-    pub instance_types: Vec<InstanceType>,
+    pub instance_types: Arc<[InstanceType]>,
     /// Capacity of the pool's existing nodes and claims, counted against its limits.
     pub in_use: Resources,
     /// How many nodes the pool already has, counted against `limits.nodes`.
@@ -508,7 +508,7 @@ impl Scheduler {
         let mut ordered = pools;
         ordered.sort_by(|a, b| b.pool.weight().cmp(&a.pool.weight()).then_with(|| a.pool.name().cmp(b.pool.name())));
         for input in ordered {
-            let mut pool = build_pool(input, daemons);
+            let (mut pool, offered) = build_pool(input, daemons);
             if !options.marginal_cost_packing {
                 pool.packing = Packing::Binpack;
             }
@@ -516,15 +516,8 @@ impl Scheduler {
             // capacity types (as the requirements Karpenter derives from them), and every value its own
             // requirements (template labels included) allow.
             let taints = Arc::new(pool.taints.clone());
-            for t in pool.base.iter() {
-                let te = &pool.types[*t as usize];
-                for o in te.it.offerings.iter().filter(|o| offering_ok(o, &pool.reqs)) {
-                    offer_domain(&mut universe, labels::ZONE, &o.zone, &taints);
-                    offer_domain(&mut universe, labels::CAPACITY_TYPE, o.capacity_type.as_str(), &taints);
-                }
-                for (k, v) in &te.it.labels {
-                    offer_domain(&mut universe, k, v, &taints);
-                }
+            for (k, v) in offered.iter() {
+                offer_domain(&mut universe, k, v, &taints);
             }
             for r in pool.reqs.iter().filter(|r| !r.is_complement()) {
                 for v in r.values() {
@@ -1567,27 +1560,76 @@ fn label_keys<'a>(types: impl Iterator<Item = &'a InstanceType>) -> BTreeSet<Str
     keys
 }
 
-fn build_pool(input: PoolInput, daemons: &[DaemonPod]) -> Pool {
-    let np = &input.pool;
-    let template = &np.spec.template;
-    let reqs = template_requirements(np);
-    let taints = template.spec.taints.clone();
-    let compatible_daemons: Vec<&DaemonPod> = daemons
-        .iter()
-        .filter(|d| {
-            d.tolerates(&taints)
-                && d.alternatives.iter().any(|a| reqs.is_compatible(a, true) || reqs.is_intersecting(a))
-        })
-        .collect();
-    let all_keys = label_keys(input.instance_types.iter());
+/// What a pool's instance types come to under its template and the DaemonSets that run on its nodes:
+/// each type's requirements and room, the usable ones cheapest first, and the domains they offer.
+#[derive(Debug, Clone)]
+struct BuiltTypes {
+    types: Arc<Vec<TypeEntry>>,
+    type_keys: Arc<BTreeSet<String>>,
+    base: Arc<Vec<u32>>,
+    /// Each `(key, value)` the usable types offer (labels, offerings' zones and capacity types), once.
+    offered: Arc<Vec<(String, String)>>,
+}
+
+/// The inputs [`BuiltTypes`] were worked out from, compared whole on a lookup.
+#[derive(Debug)]
+struct BuiltTypesKey {
+    reqs: Requirements,
+    daemons: Vec<DaemonPod>,
+    instance_types: Arc<[InstanceType]>,
+}
+
+/// How many pools' [`BuiltTypes`] a thread keeps.
+const BUILT_TYPES_KEPT: usize = 16;
+
+thread_local! {
+    /// The last pools' [`BuiltTypes`], most recent first. Every pass (provisioning, each disruption pass and
+    /// its validation) builds its pools afresh from instance types that rarely change between passes; working
+    /// out each type's requirements and DaemonSet overhead was most of building a pass. An entry is reused
+    /// only when its inputs are equal to the new ones, field by field, so a pass builds what it would build
+    /// without it.
+    static BUILT_TYPES: std::cell::RefCell<std::collections::VecDeque<(BuiltTypesKey, BuiltTypes)>> =
+        const { std::cell::RefCell::new(std::collections::VecDeque::new()) };
+}
+
+/// A pool's [`BuiltTypes`], reused from an earlier pass of this thread when its inputs are the same.
+fn built_types(reqs: &Requirements, daemons: Vec<&DaemonPod>, instance_types: Arc<[InstanceType]>) -> BuiltTypes {
+    let same = |k: &BuiltTypesKey| {
+        k.reqs == *reqs
+            && k.daemons.len() == daemons.len()
+            && k.daemons.iter().zip(&daemons).all(|(a, b)| a == *b)
+            && (Arc::ptr_eq(&k.instance_types, &instance_types) || k.instance_types == instance_types)
+    };
+    let found = BUILT_TYPES.with_borrow_mut(|memo| {
+        let at = memo.iter().position(|(k, _)| same(k))?;
+        let entry = memo.remove(at)?;
+        let built = entry.1.clone();
+        memo.push_front(entry);
+        Some(built)
+    });
+    if let Some(built) = found {
+        return built;
+    }
+    let built = build_types(reqs, &daemons, &instance_types);
+    let key = BuiltTypesKey { reqs: reqs.clone(), daemons: daemons.into_iter().cloned().collect(), instance_types };
+    BUILT_TYPES.with_borrow_mut(|memo| {
+        memo.push_front((key, built.clone()));
+        memo.truncate(BUILT_TYPES_KEPT);
+    });
+    built
+}
+
+fn build_types(reqs: &Requirements, compatible_daemons: &[&DaemonPod], instance_types: &[InstanceType]) -> BuiltTypes {
+    let all_keys = label_keys(instance_types.iter());
     let mut overhead_cache: FxHashMap<Vec<Option<String>>, Resources> = FxHashMap::default();
     let daemon_keys: BTreeSet<String> = compatible_daemons
         .iter()
         .flat_map(|d| d.alternatives.iter().flat_map(|a| a.iter().map(|r| r.key().to_owned())))
         .collect();
-    let mut types = Vec::with_capacity(input.instance_types.len());
+    let mut types = Vec::with_capacity(instance_types.len());
     let mut base = Vec::new();
-    for mut it in input.instance_types {
+    for it in instance_types {
+        let mut it = it.clone();
         it.offerings.sort_by(|a, b| a.price.total_cmp(&b.price).then_with(|| a.zone.cmp(&b.zone)));
         let treqs = type_requirements(&it, &all_keys);
         let overhead = if compatible_daemons.is_empty() {
@@ -1600,10 +1642,10 @@ fn build_pool(input: PoolInput, daemons: &[DaemonPod]) -> Pool {
                 .map(|k| node.get(k).map(|r| r.to_string()))
                 .chain(std::iter::once(Some(format!("{:?}", node.get(labels::ZONE).map(|r| r.values().to_vec())))))
                 .collect();
-            overhead_cache.entry(key).or_insert_with(|| daemon_overhead(&node, &compatible_daemons)).clone()
+            overhead_cache.entry(key).or_insert_with(|| daemon_overhead(&node, compatible_daemons)).clone()
         };
         let avail = it.allocatable().sub(&overhead);
-        let usable = type_usable(&it, &treqs, &reqs);
+        let usable = type_usable(&it, &treqs, reqs);
         if usable {
             base.push(types.len() as u32);
         }
@@ -1611,10 +1653,46 @@ fn build_pool(input: PoolInput, daemons: &[DaemonPod]) -> Pool {
     }
     // Cheapest first, so claims carry their options in price order.
     base.sort_by(|a, b| {
-        let pa = cheapest(&types[*a as usize].it, &reqs, None).unwrap_or(f64::INFINITY);
-        let pb = cheapest(&types[*b as usize].it, &reqs, None).unwrap_or(f64::INFINITY);
+        let pa = cheapest(&types[*a as usize].it, reqs, None).unwrap_or(f64::INFINITY);
+        let pb = cheapest(&types[*b as usize].it, reqs, None).unwrap_or(f64::INFINITY);
         pa.total_cmp(&pb)
     });
+    // The domains offered, in the order they are first offered (a repeat offers nothing new).
+    let mut offered: Vec<(String, String)> = Vec::new();
+    let mut seen: std::collections::HashSet<(&str, &str)> = std::collections::HashSet::new();
+    for t in &base {
+        let te = &types[*t as usize];
+        let offerings = te.it.offerings.iter().filter(|o| offering_ok(o, reqs));
+        let pairs = offerings
+            .flat_map(|o| [(labels::ZONE, o.zone.as_str()), (labels::CAPACITY_TYPE, o.capacity_type.as_str())])
+            .chain(te.it.labels.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+        for (k, v) in pairs {
+            if seen.insert((k, v)) {
+                offered.push((k.to_owned(), v.to_owned()));
+            }
+        }
+    }
+    BuiltTypes {
+        types: Arc::new(types),
+        type_keys: Arc::new(all_keys),
+        base: Arc::new(base),
+        offered: Arc::new(offered),
+    }
+}
+
+fn build_pool(input: PoolInput, daemons: &[DaemonPod]) -> (Pool, Arc<Vec<(String, String)>>) {
+    let np = &input.pool;
+    let template = &np.spec.template;
+    let reqs = template_requirements(np);
+    let taints = template.spec.taints.clone();
+    let compatible_daemons: Vec<&DaemonPod> = daemons
+        .iter()
+        .filter(|d| {
+            d.tolerates(&taints)
+                && d.alternatives.iter().any(|a| reqs.is_compatible(a, true) || reqs.is_intersecting(a))
+        })
+        .collect();
+    let BuiltTypes { types, type_keys, base, offered } = built_types(&reqs, compatible_daemons, input.instance_types);
     let mut remaining = None;
     let mut remaining_nodes = None;
     if !np.spec.limits.is_empty() {
@@ -1628,17 +1706,18 @@ fn build_pool(input: PoolInput, daemons: &[DaemonPod]) -> Pool {
             remaining = Some(limit_mask(&limits, lim));
         }
     }
-    Pool {
+    let pool = Pool {
         name: np.name().to_owned(),
         reqs,
         taints,
-        types: Arc::new(types),
-        type_keys: Arc::new(all_keys),
-        base: Arc::new(base),
+        types,
+        type_keys,
+        base,
         packing: Packing::of(np),
         remaining,
         remaining_nodes,
-    }
+    };
+    (pool, offered)
 }
 
 /// Marks the resources a pool's limits leave unmentioned as unlimited.

@@ -39,7 +39,7 @@ fn pool_from(yaml: Value) -> NodePool {
 }
 
 fn input(pool: NodePool, types: Vec<InstanceType>) -> PoolInput {
-    PoolInput { pool, instance_types: types, in_use: Resources::ZERO, nodes_in_use: 0 }
+    PoolInput { pool, instance_types: types.into(), in_use: Resources::ZERO, nodes_in_use: 0 }
 }
 
 fn zones3() -> [&'static str; 3] {
@@ -909,4 +909,41 @@ fn nodes_removed_by_position_are_gone_as_by_name() {
     // Without n-a's two pods, zone-a no longer leads, so web pods may land in zone-b at once.
     assert!(!by_position.0.is_empty(), "{by_position:?}");
     assert_ne!(by_position, placed(base.clone().solve_shared(pods())));
+}
+
+#[test]
+fn a_pass_reuses_its_pools_built_types_only_when_every_input_is_equal() {
+    let launched = |types: &Arc<[InstanceType]>, daemons: &[DaemonPod]| {
+        let pool = PoolInput {
+            pool: NodePool::new("default", NodePoolSpec::default()),
+            instance_types: Arc::clone(types),
+            in_use: Resources::ZERO,
+            nodes_in_use: 0,
+        };
+        let pods = vec![pod("a", "1500m"), pod("b", "1"), pod("c", "500m")];
+        let r = Scheduler::new(vec![pool], vec![], Vec::new(), daemons, SchedulerOptions::default()).solve(pods);
+        let launch = r.claims[0].launch.clone().unwrap();
+        (launch.instance_type, (launch.price * 100.0).round() as i64)
+    };
+    let types: Arc<[InstanceType]> = sized_catalog(8).into();
+    assert_eq!(launched(&types, &[]), ("c.3".into(), 6));
+    // The same types in another allocation build the same pool.
+    assert_eq!(launched(&sized_catalog(8).into(), &[]), ("c.3".into(), 6));
+    // A price that moved is read, not the pool built before it moved.
+    let mut moved = sized_catalog(8);
+    for o in &mut moved[2].offerings {
+        o.price = 0.5;
+    }
+    assert_eq!(launched(&moved.into(), &[]), ("c.4".into(), 8));
+    // So is a DaemonSet that now takes a CPU of every node.
+    let agent = DaemonPod {
+        name: "default/agent".into(),
+        requests: Resources::cpu_memory(1000, 0),
+        alternatives: vec![Requirements::default()],
+        tolerations: Vec::new(),
+    };
+    assert_eq!(launched(&types, std::slice::from_ref(&agent)), ("c.4".into(), 8));
+    let light = DaemonPod { requests: Resources::cpu_memory(0, 1 << 30), ..agent };
+    assert_eq!(launched(&types, std::slice::from_ref(&light)), ("c.3".into(), 6));
+    assert_eq!(launched(&types, &[]), ("c.3".into(), 6));
 }

@@ -18,7 +18,8 @@ use crate::api::labels;
 /// One constraint's domain counts.
 #[derive(Debug, Clone)]
 pub(crate) struct Group {
-    pub(crate) term: TopologyTerm,
+    /// Shared by the group's copies: a simulation that changes a group's counts copies only the counts.
+    pub(crate) term: Arc<TopologyTerm>,
     /// Pods the selector matches, per domain.
     counts: FxHashMap<String, i32>,
     /// Anti-affinity: domains where a pod carrying the constraint runs (other pods matching the selector
@@ -33,7 +34,7 @@ pub(crate) struct Group {
     /// Whether any claim has an owner.
     any_claim_owner: bool,
     /// `nodeTaintsPolicy: Honor`: the tolerations deciding which nodes' pods count.
-    tolerations: Option<Vec<Toleration>>,
+    tolerations: Option<Arc<[Toleration]>>,
     /// The domains the constraint knows, empty or not: those the pools offer (for a spread honouring
     /// taints, only pools whose taints it tolerates) and those of existing nodes it counts. Fixed once the
     /// group exists, so simulations share it; empty for hostname groups, whose domains are their nodes.
@@ -163,7 +164,18 @@ pub(crate) enum Domain<'a> {
 
 /// Entries (groups, or bound pods) by the label pairs they are reached through: each pod is matched only
 /// against the groups whose selectors name one of its labels, not against every group of the pass.
-type LabelIndex = FxHashMap<String, FxHashMap<String, Vec<usize>>>;
+///
+/// Keyed by a hash of the pair ([`label_pair`]), not the strings: no key is copied or compared. Two pairs
+/// may share a list, so a list is a superset of the entries reached through either, and every reader checks
+/// what it reads (a group's selector against the pod) before counting it. Each list is ascending and holds
+/// an entry once.
+type LabelIndex = FxHashMap<u64, Vec<usize>>;
+
+/// The [`LabelIndex`] key of the label `key=value`.
+fn label_pair(key: &str, value: &str) -> u64 {
+    use std::hash::BuildHasher;
+    rustc_hash::FxBuildHasher.hash_one((key, value))
+}
 
 /// Adds `by` to `domain`'s count, copying the domain's name only the first time it is counted.
 fn bump(counts: &mut FxHashMap<String, i32>, domain: &str, by: i32) {
@@ -175,16 +187,12 @@ fn bump(counts: &mut FxHashMap<String, i32>, domain: &str, by: i32) {
     }
 }
 
+/// Adds `entry` to the list of `key=value`. Entries are added in ascending order; one reached through two
+/// pairs that share a list is kept once.
 fn index_insert(index: &mut LabelIndex, key: &str, value: &str, entry: usize) {
-    let values = match index.get_mut(key) {
-        Some(v) => v,
-        None => index.entry(key.to_owned()).or_default(),
-    };
-    match values.get_mut(value) {
-        Some(list) => list.push(entry),
-        None => {
-            values.insert(value.to_owned(), vec![entry]);
-        }
+    let list = index.entry(label_pair(key, value)).or_default();
+    if list.last() != Some(&entry) {
+        list.push(entry);
     }
 }
 
@@ -216,7 +224,7 @@ impl GroupIndex {
             // No group yet: nothing to read of the pod (building a pass registers its bound pods first).
             return Cow::Borrowed(&[]);
         }
-        let mut lists = labels.iter().filter_map(|(k, v)| self.by_label.get(k).and_then(|values| values.get(v)));
+        let mut lists = labels.iter().filter_map(|(k, v)| self.by_label.get(&label_pair(k, v)));
         if self.unanchored.is_empty() {
             let Some(first) = lists.next() else { return Cow::Borrowed(&[]) };
             let Some(second) = lists.next() else { return Cow::Borrowed(first) };
@@ -337,11 +345,24 @@ impl Topology {
         }
         let bound = Arc::clone(&self.bound);
         let index = Arc::clone(&self.bound_by_node);
-        for b in index.get(node).into_iter().flatten().map(|i| &bound[*i]) {
+        let Some(at) = index.get(node) else { return };
+        let Some(view) = at.first().map(|i| Arc::clone(&bound[*i].node)) else { return };
+        // What a group needs of the node (its domain, when its pods count for the group) is the same for
+        // every pod on it: worked out once per group.
+        let mut domains: Vec<(usize, Option<&String>)> = Vec::new();
+        for b in at.iter().map(|i| &bound[*i]) {
             for &gid in self.selectors.candidates(&b.pod.labels).iter() {
-                let g = &self.groups[gid];
-                let Some(d) = b.node.labels.get(&g.term.key) else { continue };
-                if !g.selects(&b.pod) || !g.counts_node(&b.node.taints, &b.node.reqs) {
+                let domain = match domains.iter().find(|(g, _)| *g == gid) {
+                    Some((_, d)) => *d,
+                    None => {
+                        let g = &self.groups[gid];
+                        let d = view.labels.get(&g.term.key).filter(|_| g.counts_node(&view.taints, &view.reqs));
+                        domains.push((gid, d));
+                        d
+                    }
+                };
+                let Some(d) = domain else { continue };
+                if !self.groups[gid].selects(&b.pod) {
                     continue;
                 }
                 let g = Arc::make_mut(&mut self.groups[gid]);
@@ -379,14 +400,17 @@ impl Topology {
             return i;
         }
         let mut g = Group {
-            term: term.clone(),
+            term: Arc::new(term.clone()),
             counts: FxHashMap::default(),
             owners: FxHashMap::default(),
             claim_counts: Vec::new(),
             claim_owners: Vec::new(),
             total: 0,
             any_claim_owner: false,
-            tolerations: term.honor_taints.as_deref().map(|t| serde_json::from_str(t).unwrap_or_default()),
+            tolerations: term
+                .honor_taints
+                .as_deref()
+                .map(|t| serde_json::from_str::<Vec<Toleration>>(t).unwrap_or_default().into()),
             domains: Arc::default(),
         };
         // The domains the group knows: those of the pools it may use (a spread honouring taints skips
@@ -419,7 +443,7 @@ impl Topology {
         let anchored: Option<Vec<usize>> = term.selector.anchors().map(|anchors| {
             let mut at: Vec<usize> = anchors
                 .iter()
-                .filter_map(|(k, v)| self.bound_by_label.get(*k).and_then(|values| values.get(*v)))
+                .filter_map(|(k, v)| self.bound_by_label.get(&label_pair(k, v)))
                 .flatten()
                 .copied()
                 .collect();

@@ -192,7 +192,7 @@ mod tests {
     fn a_thousand_diverse_pods_need_two_hundred_nodes() {
         let pool = PoolInput {
             pool: NodePool::new("default", NodePoolSpec::default()),
-            instance_types: instance_types(400),
+            instance_types: instance_types(400).into(),
             in_use: Resources::ZERO,
             nodes_in_use: 0,
         };
@@ -213,7 +213,7 @@ mod tests {
         assert_eq!(distinct.len(), 80, "one group per constrained app");
         let pool = PoolInput {
             pool: NodePool::new("default", NodePoolSpec::default()),
-            instance_types: instance_types(400),
+            instance_types: instance_types(400).into(),
             in_use: Resources::ZERO,
             nodes_in_use: 0,
         };
