@@ -109,8 +109,10 @@ pub enum TopologyKind {
 /// Equal terms share one group in a scheduling pass, found by hashing the term. The hash leaves out
 /// `node_filter`, whose requirement sets are the costly part to hash and almost never tell two terms of the
 /// same selector apart; equality still compares every field. A term is looked up many times over its pod's
-/// life (every pass registers the pods it may move), so it keeps its hash once computed.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// life (every pass registers the pods it may move), so it keeps its hash once computed, and, once a pass
+/// found it equal to the term of a group, a token shared with that term: the next pass finds it equal to
+/// the same group's term without comparing their fields.
+#[derive(Debug, Clone)]
 pub struct TopologyTerm {
     /// Spread, affinity or anti-affinity.
     pub kind: TopologyKind,
@@ -136,22 +138,54 @@ pub struct TopologyTerm {
     /// Spread with `nodeTaintsPolicy: Honor`: the pod's tolerations (as JSON, so equal constraints share a
     /// group); pods on nodes whose taints they do not tolerate are not counted.
     pub honor_taints: Option<String>,
-    /// The term's hash, kept once computed. The fields above are set when the term is built and not
-    /// changed after it is first hashed (resolving a `namespaceSelector` starts the cache afresh).
+    /// The term's hash and equality token, kept once worked out. The fields above are set when the term is
+    /// built and not changed after it is first hashed or compared (resolving a `namespaceSelector` starts the
+    /// cache afresh).
     pub(crate) hash: TermHash,
 }
 
-/// A cached hash of a [`TopologyTerm`]: not part of the term's value, so any two compare equal.
+/// What a [`TopologyTerm`] keeps of itself once worked out. Not part of the term's value.
 #[derive(Debug, Clone, Default)]
-pub(crate) struct TermHash(std::sync::OnceLock<u64>);
+pub(crate) struct TermHash {
+    hash: std::sync::OnceLock<u64>,
+    /// Held (the same allocation) by terms known to be equal: the copies of one term, and the terms found
+    /// equal to it ([`TopologyTerm::found_equal_to`]). Terms holding the same token are equal without
+    /// comparing their fields.
+    same: std::sync::OnceLock<Arc<()>>,
+}
 
-impl PartialEq for TermHash {
-    fn eq(&self, _: &Self) -> bool {
-        true
+impl PartialEq for TopologyTerm {
+    fn eq(&self, other: &Self) -> bool {
+        if let (Some(a), Some(b)) = (self.hash.same.get(), other.hash.same.get())
+            && Arc::ptr_eq(a, b)
+        {
+            return true;
+        }
+        let Self {
+            kind,
+            key,
+            selector,
+            namespaces,
+            namespace_selector,
+            max_skew,
+            min_domains,
+            node_filter,
+            honor_taints,
+            hash: _,
+        } = self;
+        *kind == other.kind
+            && *key == other.key
+            && *selector == other.selector
+            && *namespaces == other.namespaces
+            && *namespace_selector == other.namespace_selector
+            && *max_skew == other.max_skew
+            && *min_domains == other.min_domains
+            && *node_filter == other.node_filter
+            && *honor_taints == other.honor_taints
     }
 }
 
-impl Eq for TermHash {}
+impl Eq for TopologyTerm {}
 
 /// A host port a pod binds.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -214,6 +248,27 @@ pub struct PodInfo {
     /// (`namespace/name`). Read from the cluster's storage when the state is built, not from the pod
     /// alone: empty from [`PodInfo::from_pod`].
     pub volumes: Vec<(String, String)>,
+    /// The hashes of `labels`' pairs, worked out on first use ([`PodInfo::label_pairs`]).
+    pub(crate) label_pairs: LabelPairs,
+}
+
+/// The hash of each of a pod's label pairs ([`label_pair`]), kept once worked out: a pod's labels are read
+/// by every pass's topology indexes over its whole life. Set when first read; the labels must not change
+/// after that. A copy starts without it, so a copy may change its labels first.
+#[derive(Debug, Default)]
+pub(crate) struct LabelPairs(std::sync::OnceLock<Box<[u64]>>);
+
+impl Clone for LabelPairs {
+    fn clone(&self) -> Self {
+        Self::default()
+    }
+}
+
+/// The hash standing for the label `key=value` in topology's indexes: two pairs may share one, so an index
+/// keyed by it is a superset of the entries reached through a pair, checked by whoever reads it.
+pub(crate) fn label_pair(key: &str, value: &str) -> u64 {
+    use std::hash::BuildHasher;
+    rustc_hash::FxBuildHasher.hash_one((key, value))
 }
 
 /// A pod that cannot be understood.
@@ -366,7 +421,7 @@ impl std::hash::Hash for TopologyTerm {
     fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
         use std::hash::Hasher as _;
         // Every field but `node_filter` (and the cache): terms equal under `Eq` hash alike.
-        let digest = self.hash.0.get_or_init(|| {
+        let digest = self.hash.hash.get_or_init(|| {
             let Self {
                 kind,
                 key,
@@ -388,6 +443,19 @@ impl std::hash::Hash for TopologyTerm {
 }
 
 impl TopologyTerm {
+    /// Gives the term an equality token, when it has none, before it is copied: its copies hold the same.
+    pub(crate) fn share_equality(&self) {
+        self.hash.same.get_or_init(|| Arc::new(()));
+    }
+
+    /// Records that the term was found equal to `known` (it must be): it takes `known`'s token when it holds
+    /// none yet, so the next comparison between them, or with `known`'s copies, is a pointer comparison.
+    pub(crate) fn found_equal_to(&self, known: &TopologyTerm) {
+        if let Some(token) = known.hash.same.get() {
+            let _ = self.hash.same.set(Arc::clone(token));
+        }
+    }
+
     /// Resolves a `namespaceSelector` with terms against `namespaces` (name → labels).
     fn resolve_namespaces(&mut self, namespaces: &BTreeMap<String, BTreeMap<String, String>>) {
         let Some(selector) = self.namespace_selector.take() else { return };
@@ -531,7 +599,13 @@ impl PodInfo {
             node_name: spec.node_name.clone().filter(|n| !n.is_empty()),
             daemon,
             volumes: Vec::new(),
+            label_pairs: LabelPairs::default(),
         })
+    }
+
+    /// The hash of each of the pod's label pairs, in the labels' order ([`label_pair`]).
+    pub(crate) fn label_pairs(&self) -> &[u64] {
+        self.label_pairs.0.get_or_init(|| self.labels.iter().map(|(k, v)| label_pair(k, v)).collect())
     }
 
     /// Every topology term the pod may be scheduled under, hard or preferred.

@@ -947,3 +947,22 @@ fn a_pass_reuses_its_pools_built_types_only_when_every_input_is_equal() {
     assert_eq!(launched(&types, std::slice::from_ref(&light)), ("c.3".into(), 6));
     assert_eq!(launched(&types, &[]), ("c.3".into(), 6));
 }
+
+#[test]
+fn equal_terms_share_a_group_across_passes_and_unequal_ones_never_do() {
+    let spread = |app: &str| {
+        json!({"topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": labels::ZONE,
+            "whenUnsatisfiable": "DoNotSchedule", "labelSelector": {"matchLabels": {"app": app}}}]})
+    };
+    let a = pod_with("a", "1", spread("web"), json!({"app": "web"}));
+    let b = pod_with("b", "1", spread("web"), json!({"app": "web"}));
+    let c = pod_with("c", "1", spread("db"), json!({"app": "db"}));
+    let (ta, tb, tc) = (&a.topology[0], &b.topology[0], &c.topology[0]);
+    let mut first = topology::Topology::new(Default::default(), Vec::new());
+    assert_eq!([first.group(ta), first.group(tb), first.group(tc)], [0, 0, 1]);
+    // A later pass builds its groups in another order: each term finds the group of its equals, whatever
+    // it was found equal to in the pass before.
+    let mut next = topology::Topology::new(Default::default(), Vec::new());
+    assert_eq!([next.group(tc), next.group(tb), next.group(ta), next.group(tc)], [0, 1, 1, 0]);
+    assert!(ta == tb && tb != tc && ta != tc);
+}

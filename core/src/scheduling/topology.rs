@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use rustc_hash::{FxHashMap, FxHashSet};
 use std::sync::Arc;
 
-use super::pod::{PodInfo, TopologyKind, TopologyTerm};
+use super::pod::{PodInfo, TopologyKind, TopologyTerm, label_pair};
 use k8s_openapi::api::core::v1::{Taint, Toleration};
 
 use super::requirements::{Requirement, Requirements};
@@ -165,17 +165,11 @@ pub(crate) enum Domain<'a> {
 /// Entries (groups, or bound pods) by the label pairs they are reached through: each pod is matched only
 /// against the groups whose selectors name one of its labels, not against every group of the pass.
 ///
-/// Keyed by a hash of the pair ([`label_pair`]), not the strings: no key is copied or compared. Two pairs
+/// Keyed by a hash of the pair ([`super::pod::label_pair`]), not the strings: no key is copied or compared. Two pairs
 /// may share a list, so a list is a superset of the entries reached through either, and every reader checks
 /// what it reads (a group's selector against the pod) before counting it. Each list is ascending and holds
 /// an entry once.
 type LabelIndex = FxHashMap<u64, Vec<usize>>;
-
-/// The [`LabelIndex`] key of the label `key=value`.
-fn label_pair(key: &str, value: &str) -> u64 {
-    use std::hash::BuildHasher;
-    rustc_hash::FxBuildHasher.hash_one((key, value))
-}
 
 /// Adds `by` to `domain`'s count, copying the domain's name only the first time it is counted.
 fn bump(counts: &mut FxHashMap<String, i32>, domain: &str, by: i32) {
@@ -187,10 +181,10 @@ fn bump(counts: &mut FxHashMap<String, i32>, domain: &str, by: i32) {
     }
 }
 
-/// Adds `entry` to the list of `key=value`. Entries are added in ascending order; one reached through two
-/// pairs that share a list is kept once.
-fn index_insert(index: &mut LabelIndex, key: &str, value: &str, entry: usize) {
-    let list = index.entry(label_pair(key, value)).or_default();
+/// Adds `entry` to the list of the label pair hashed `pair`. Entries are added in ascending order; one
+/// reached through two pairs that share a list is kept once.
+fn index_insert(index: &mut LabelIndex, pair: u64, entry: usize) {
+    let list = index.entry(pair).or_default();
     if list.last() != Some(&entry) {
         list.push(entry);
     }
@@ -209,7 +203,7 @@ impl GroupIndex {
         match term.selector.anchors() {
             Some(anchors) => {
                 for (k, v) in anchors {
-                    index_insert(&mut self.by_label, k, v, gid);
+                    index_insert(&mut self.by_label, label_pair(k, v), gid);
                 }
             }
             None => self.unanchored.push(gid),
@@ -219,12 +213,12 @@ impl GroupIndex {
     /// The groups that may select a pod with `labels`, ascending and without repeats: a superset of those
     /// that do. Most pods reach one list of the index (their app's label) and no unanchored group: that
     /// list is lent as it is (each list is ascending, its groups inserted in order), with nothing allocated.
-    fn candidates(&self, labels: &BTreeMap<String, String>) -> Cow<'_, [usize]> {
+    fn candidates(&self, pod: &PodInfo) -> Cow<'_, [usize]> {
         if self.by_label.is_empty() && self.unanchored.is_empty() {
             // No group yet: nothing to read of the pod (building a pass registers its bound pods first).
             return Cow::Borrowed(&[]);
         }
-        let mut lists = labels.iter().filter_map(|(k, v)| self.by_label.get(&label_pair(k, v)));
+        let mut lists = pod.label_pairs().iter().filter_map(|pair| self.by_label.get(pair));
         if self.unanchored.is_empty() {
             let Some(first) = lists.next() else { return Cow::Borrowed(&[]) };
             let Some(second) = lists.next() else { return Cow::Borrowed(first) };
@@ -306,7 +300,7 @@ impl Topology {
 
     /// Registers a pod already running on `node`.
     pub(crate) fn add_bound(&mut self, pod: Arc<PodInfo>, node: Arc<NodeView>) {
-        for &gid in self.selectors.candidates(&pod.labels).iter() {
+        for &gid in self.selectors.candidates(&pod).iter() {
             let g = Arc::make_mut(&mut self.groups[gid]);
             if let Some(d) = node.labels.get(&g.term.key)
                 && g.selects(&pod)
@@ -332,8 +326,8 @@ impl Topology {
             }
         }
         let by_label = Arc::make_mut(&mut self.bound_by_label);
-        for (k, v) in &pod.labels {
-            index_insert(by_label, k, v, at);
+        for &pair in pod.label_pairs() {
+            index_insert(by_label, pair, at);
         }
         Arc::make_mut(&mut self.bound).push(Bound { pod, node });
     }
@@ -351,7 +345,7 @@ impl Topology {
         // every pod on it: worked out once per group.
         let mut domains: Vec<(usize, Option<&String>)> = Vec::new();
         for b in at.iter().map(|i| &bound[*i]) {
-            for &gid in self.selectors.candidates(&b.pod.labels).iter() {
+            for &gid in self.selectors.candidates(&b.pod).iter() {
                 let domain = match domains.iter().find(|(g, _)| *g == gid) {
                     Some((_, d)) => *d,
                     None => {
@@ -396,9 +390,12 @@ impl Topology {
 
     /// The group of a term, created (and counted over bound pods) on first use.
     pub(crate) fn group(&mut self, term: &TopologyTerm) -> usize {
-        if let Some(&i) = self.index.get(term) {
+        if let Some((known, &i)) = self.index.get_key_value(term) {
+            term.found_equal_to(known);
             return i;
         }
+        // The group's copies of the term share its equality token with it.
+        term.share_equality();
         let mut g = Group {
             term: Arc::new(term.clone()),
             counts: FxHashMap::default(),
@@ -488,7 +485,7 @@ impl Topology {
 
     /// Groups whose selector matches `pod` (their counts grow when it lands), ascending.
     pub(crate) fn selecting(&self, pod: &PodInfo) -> Vec<usize> {
-        self.selectors.candidates(&pod.labels).iter().copied().filter(|&g| self.groups[g].selects(pod)).collect()
+        self.selectors.candidates(pod).iter().copied().filter(|&g| self.groups[g].selects(pod)).collect()
     }
 
     /// Of the groups `selecting` a pod ([`Topology::selecting`]), the anti-affinity ones with owners
