@@ -149,6 +149,9 @@ struct Bases {
     claims_stay_spot_capable: bool,
     /// Whether `settled`'s solves re-pack their claims ([`Scheduler::repacks_claims`]).
     repacks_claims: bool,
+    /// What pods could still take of `settled`'s nodes ([`Scheduler::total_node_room`]) and of one new
+    /// claim ([`Scheduler::most_claim_room`]).
+    room: Resources,
 }
 
 /// A pool's whole cost per hour and whole disruption cost, over every node it has (candidates or not).
@@ -312,7 +315,8 @@ impl<'a> Simulator<'a> {
             settled.stop_on_landing(&booting);
             let claims_stay_spot_capable = settled.claims_stay_spot_capable();
             let repacks_claims = settled.repacks_claims();
-            Bases { base, settled, groups, claims_stay_spot_capable, repacks_claims }
+            let room = settled.total_node_room().add(&settled.most_claim_room());
+            Bases { base, settled, groups, claims_stay_spot_capable, repacks_claims, room }
         })
     }
 
@@ -637,6 +641,10 @@ impl<'a> Simulator<'a> {
                 break;
             }
             let mid = (lo + hi) / 2;
+            if !self.may_fit_one_claim(&pool[..mid]) {
+                hi = mid - 1;
+                continue;
+            }
             // Nobody reads why a prefix cannot go: only whether it can.
             match self.consolidate_unread(&pool[..mid], true) {
                 Ok(cmd) if cmd.replacements.len() <= 1 => {
@@ -647,6 +655,25 @@ impl<'a> Simulator<'a> {
             }
         }
         (best.into_iter().collect(), notes)
+    }
+
+    /// Whether the pods of `cands` might fit the rest of the fleet and at most one new node, by their
+    /// total request against what every other node taking pods has left and the largest room a new node of
+    /// any pool gives. When not, a simulation of them would need a second node or leave a pod out: multi-node
+    /// consolidation would turn them down, and need not simulate them to know.
+    fn may_fit_one_claim(&self, cands: &[&Candidate]) -> bool {
+        let bases = self.bases();
+        let mut room = bases.room.clone();
+        for c in cands {
+            if bases.settled.node_name(c.index) == Some(c.node.as_str()) {
+                room.sub_assign(&bases.settled.node_room(c.index));
+            }
+        }
+        let mut need = Resources::ZERO;
+        for i in cands.iter().flat_map(|c| c.pods.iter()) {
+            need.add_assign(&self.pods[*i].requests);
+        }
+        need.fits(&room)
     }
 
     /// Single-node consolidation: each candidate in turn (`interleave`d across pools, `first` the pools

@@ -1264,3 +1264,33 @@ fn a_node_rebooting_for_repair_is_left_alone_and_uses_up_the_budget() {
     let note = pass.unconsolidatable.iter().find(|b| b.node == "rebooting").unwrap();
     assert_eq!(note.reason, "node is rebooting for repair");
 }
+
+/// Multi-node consolidation skips the prefixes whose pods could not fit the rest of the fleet and one new
+/// node, and still simulates the one that fits exactly: a2 and a3's pods need 8 CPU, which a1 (full) and one
+/// new m.8 hold to the last millicore; all three nodes' pods need 16.
+#[test]
+fn multi_node_consolidation_still_tries_pods_that_fit_exactly() {
+    use CapacityType::*;
+    let types = vec![
+        itype("m.4", 4, 0, &[("a", OnDemand, 0.20)]),
+        itype("m.8", 8, 0, &[("a", OnDemand, 0.40)]),
+        itype("c.8", 8, 0, &[("a", OnDemand, 0.38)]),
+    ];
+    let mut fleet = Fleet { types, ..Default::default() }
+        .pool("default", json!({"spec": {"disruption": {"budgets": [{"nodes": "100%"}]}}}));
+    for i in 1..=3 {
+        fleet = fleet.node(&format!("a{i}"), "default", "m.8", "a", OnDemand);
+    }
+    let fleet = fleet
+        .pod("p1", "a1", "4", 0, json!({}))
+        .pod("q1", "a1", "4", 0, json!({}))
+        .pod("p2", "a2", "4", 0, json!({}))
+        .pod("p3", "a3", "4", 0, json!({}));
+    let pass = fleet.pass();
+    assert_eq!(pass.method, Some(Method::MultiNodeConsolidation), "{:#?}", pass.blocked);
+    let c = &pass.commands[0];
+    let nodes: Vec<&str> = c.candidates.iter().map(|c| c.node.as_str()).collect();
+    assert_eq!(nodes, ["a2", "a3"]);
+    assert_eq!(c.decision, Decision::Replace);
+    assert_eq!(c.replacements[0].instance_types, ["c.8"]);
+}

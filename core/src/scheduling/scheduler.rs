@@ -592,10 +592,28 @@ impl Scheduler {
         // Selection is read once every group is known: a group registered for a later pod may select an
         // earlier one.
         let known = self.topology.len();
+        // The groups selecting a pod follow from its namespace and labels alone: worked out once for the
+        // pods sharing them (the replicas of one owner), found by a hash of them.
+        let mut selecting: FxHashMap<u64, Vec<(&PodInfo, Vec<usize>)>> = FxHashMap::default();
         terms
             .into_iter()
             .zip(&pods)
-            .map(|(terms, p)| PodGroups { terms, selecting: self.topology.selecting(p), known })
+            .map(|(terms, p)| {
+                let key = {
+                    use std::hash::BuildHasher;
+                    rustc_hash::FxBuildHasher.hash_one((&p.namespace, p.label_pairs()))
+                };
+                let same = selecting.entry(key).or_default();
+                let groups = match same.iter().find(|(q, _)| q.namespace == p.namespace && q.labels == p.labels) {
+                    Some((_, groups)) => groups.clone(),
+                    None => {
+                        let groups = self.topology.selecting(p);
+                        same.push((p, groups.clone()));
+                        groups
+                    }
+                };
+                PodGroups { terms, selecting: groups, known }
+            })
             .collect()
     }
 
@@ -643,6 +661,31 @@ impl Scheduler {
             p.reqs.get(labels::CAPACITY_TYPE).is_none_or(|r| r.has(spot))
                 && p.types.iter().all(|t| t.it.offerings.iter().all(|o| o.reservation_id.is_none()))
         }) && (0..self.topology.len()).all(|g| self.topology.key(g) != labels::CAPACITY_TYPE)
+    }
+
+    /// What pods could still take of the `index`th existing node (in the order they were given to
+    /// [`Scheduler::new`]): its available resources, none below zero; nothing when it takes no pods.
+    pub fn node_room(&self, index: usize) -> Resources {
+        match self.nodes.get(index) {
+            Some(n) if n.accepts_pods => n.available.max(&Resources::ZERO),
+            _ => Resources::ZERO,
+        }
+    }
+
+    /// [`Scheduler::node_room`] summed over every existing node.
+    pub fn total_node_room(&self) -> Resources {
+        let mut total = Resources::ZERO;
+        for n in self.nodes.iter().filter(|n| n.accepts_pods) {
+            total.add_assign(&n.available.max(&Resources::ZERO));
+        }
+        total
+    }
+
+    /// The most of each resource a new claim of any pool could give pods: its instance types' room (their
+    /// DaemonSets' overhead taken out), the largest per resource.
+    pub fn most_claim_room(&self) -> Resources {
+        let rooms = self.pools.iter().flat_map(|p| p.base.iter().map(|t| &p.types[*t as usize].avail));
+        Resources::max_of(rooms)
     }
 
     /// The name of the `index`th existing node (in the order they were given to [`Scheduler::new`]).

@@ -455,8 +455,12 @@ impl Topology {
             None => Box::new(self.bound.iter()),
         };
         // A node's pods are next to each other in `bound`: what the group needs of the node (is it still
-        // here, its domain, do its taints count) is looked up once per node, not once per pod.
+        // here, its domain, do its taints count) is looked up once per node, not once per pod, and its pods
+        // are counted into the domain at once. Pods next to each other are often of one owner: whether the
+        // group selects a pod is asked again only when its namespace or labels differ from the last one's.
         let mut last: Option<(*const NodeView, Option<&String>)> = None;
+        let mut last_pod: Option<(&PodInfo, bool)> = None;
+        let mut run: Option<(&String, i32)> = None;
         for b in bound {
             let node = Arc::as_ptr(&b.node);
             let domain = match last {
@@ -469,12 +473,31 @@ impl Topology {
                     d
                 }
             };
-            if let Some(d) = domain
-                && g.selects(&b.pod)
-            {
-                bump(&mut g.counts, d, 1);
-                g.total += 1;
+            let Some(d) = domain else { continue };
+            let selects = match last_pod {
+                Some((p, selects)) if p.namespace == b.pod.namespace && p.labels == b.pod.labels => selects,
+                _ => {
+                    let selects = g.selects(&b.pod);
+                    last_pod = Some((&b.pod, selects));
+                    selects
+                }
+            };
+            if !selects {
+                continue;
             }
+            match &mut run {
+                Some((at, n)) if std::ptr::eq(*at, d) => *n += 1,
+                _ => {
+                    if let Some((at, n)) = run.replace((d, 1)) {
+                        bump(&mut g.counts, at, n);
+                        g.total += n;
+                    }
+                }
+            }
+        }
+        if let Some((at, n)) = run {
+            bump(&mut g.counts, at, n);
+            g.total += n;
         }
         let gid = self.groups.len();
         self.groups.push(Arc::new(g));
