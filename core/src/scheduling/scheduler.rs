@@ -557,7 +557,13 @@ impl Scheduler {
             existing.iter().map(|n| (n.name.as_str(), Arc::clone(n))).collect();
         let mut topology = Topology::new(universe, existing.clone());
         let mut unknown: FxHashMap<String, Arc<NodeView>> = FxHashMap::default();
-        for (pod, node) in bound {
+        // A node's pods come one after another: registered together, under one look-up of the node.
+        let mut bound = bound.into_iter().peekable();
+        while let Some((pod, node)) = bound.next() {
+            let mut pods = vec![pod];
+            while let Some((pod, _)) = bound.next_if(|(_, next)| *next == node) {
+                pods.push(pod);
+            }
             let shared = match bound_nodes.get(node) {
                 Some(view) => view,
                 None => unknown.entry(node.to_owned()).or_insert_with(|| {
@@ -566,7 +572,7 @@ impl Scheduler {
                     Arc::new(NodeView { name: node.to_owned(), labels, reqs, taints: Vec::new() })
                 }),
             };
-            topology.add_bound(pod, Arc::clone(shared));
+            topology.add_bound_on(shared, pods);
         }
         Self {
             pools: built,

@@ -137,7 +137,8 @@ pub(crate) fn offer_domain(domains: &mut PoolDomains, key: &str, domain: &str, t
 #[derive(Debug, Clone)]
 pub(crate) struct Bound {
     pod: Arc<PodInfo>,
-    node: Arc<NodeView>,
+    /// Its node, by index into [`Topology`]'s `views`.
+    node: u32,
 }
 
 /// Where a pod lands, for recording: a named domain, or the hostname of a claim opened in this pass.
@@ -253,6 +254,8 @@ pub(crate) struct Topology {
     /// Bound pods with their node's labels and taints, counted into groups created later (shared by
     /// clones).
     bound: Arc<Vec<Bound>>,
+    /// The nodes of `bound`'s pods, one entry per run of pods added together (shared by clones).
+    views: Arc<Vec<Arc<NodeView>>>,
     /// Indexes into `bound` by node name (shared by clones).
     bound_by_node: Arc<FxHashMap<String, Vec<usize>>>,
     /// Indexes into `bound` by each of the pod's labels, ascending (shared by clones): a new group counts
@@ -298,38 +301,46 @@ impl Topology {
         out
     }
 
-    /// Registers a pod already running on `node`.
-    pub(crate) fn add_bound(&mut self, pod: Arc<PodInfo>, node: Arc<NodeView>) {
-        for &gid in self.selectors.candidates(&pod).iter() {
-            let g = Arc::make_mut(&mut self.groups[gid]);
-            if let Some(d) = node.labels.get(&g.term.key)
-                && g.selects(&pod)
-                && g.counts_node(&node.taints, &node.reqs)
-            {
-                bump(&mut g.counts, d, 1);
-                g.total += 1;
+    /// Registers pods already running on `node`, in order.
+    pub(crate) fn add_bound_on(&mut self, node: &Arc<NodeView>, pods: impl IntoIterator<Item = Arc<PodInfo>>) {
+        let view = self.views.len() as u32;
+        Arc::make_mut(&mut self.views).push(Arc::clone(node));
+        let first = self.bound.len();
+        for pod in pods {
+            for &gid in self.selectors.candidates(&pod).iter() {
+                let g = Arc::make_mut(&mut self.groups[gid]);
+                if let Some(d) = node.labels.get(&g.term.key)
+                    && g.selects(&pod)
+                    && g.counts_node(&node.taints, &node.reqs)
+                {
+                    bump(&mut g.counts, d, 1);
+                    g.total += 1;
+                }
+            }
+            // The pod's own anti-affinity keeps matching pods out of its domain.
+            for t in pod.topology.iter().filter(|t| t.kind == TopologyKind::AntiAffinity) {
+                let gid = self.group(t);
+                if let Some(d) = node.labels.get(&t.key) {
+                    bump(&mut Arc::make_mut(&mut self.groups[gid]).owners, d, 1);
+                }
+            }
+            let at = self.bound.len();
+            let by_label = Arc::make_mut(&mut self.bound_by_label);
+            for &pair in pod.label_pairs() {
+                index_insert(by_label, pair, at);
+            }
+            Arc::make_mut(&mut self.bound).push(Bound { pod, node: view });
+        }
+        let added = first..self.bound.len();
+        if !added.is_empty() {
+            let by_node = Arc::make_mut(&mut self.bound_by_node);
+            match by_node.get_mut(node.name.as_str()) {
+                Some(list) => list.extend(added),
+                None => {
+                    by_node.insert(node.name.clone(), added.collect());
+                }
             }
         }
-        // The pod's own anti-affinity keeps matching pods out of its domain.
-        for t in pod.topology.iter().filter(|t| t.kind == TopologyKind::AntiAffinity) {
-            let gid = self.group(t);
-            if let Some(d) = node.labels.get(&t.key) {
-                bump(&mut Arc::make_mut(&mut self.groups[gid]).owners, d, 1);
-            }
-        }
-        let at = self.bound.len();
-        let by_node = Arc::make_mut(&mut self.bound_by_node);
-        match by_node.get_mut(node.name.as_str()) {
-            Some(list) => list.push(at),
-            None => {
-                by_node.insert(node.name.clone(), vec![at]);
-            }
-        }
-        let by_label = Arc::make_mut(&mut self.bound_by_label);
-        for &pair in pod.label_pairs() {
-            index_insert(by_label, pair, at);
-        }
-        Arc::make_mut(&mut self.bound).push(Bound { pod, node });
     }
 
     /// Forgets the pods bound to `node`, as if it were gone.
@@ -340,7 +351,7 @@ impl Topology {
         let bound = Arc::clone(&self.bound);
         let index = Arc::clone(&self.bound_by_node);
         let Some(at) = index.get(node) else { return };
-        let Some(view) = at.first().map(|i| Arc::clone(&bound[*i].node)) else { return };
+        let Some(view) = at.first().map(|i| Arc::clone(&self.views[bound[*i].node as usize])) else { return };
         // What a group needs of the node (its domain, when its pods count for the group) is the same for
         // every pod on it: worked out once per group.
         let mut domains: Vec<(usize, Option<&String>)> = Vec::new();
@@ -378,7 +389,7 @@ impl Topology {
             owned.dedup();
             for gid in owned {
                 let key = &self.groups[gid].term.key;
-                if let Some(d) = b.node.labels.get(key)
+                if let Some(d) = view.labels.get(key)
                     && self.groups[gid].owners.contains_key(d)
                     && let Some(c) = Arc::make_mut(&mut self.groups[gid]).owners.get_mut(d)
                 {
@@ -462,13 +473,15 @@ impl Topology {
         let mut last_pod: Option<(&PodInfo, bool)> = None;
         let mut run: Option<(&String, i32)> = None;
         for b in bound {
-            let node = Arc::as_ptr(&b.node);
+            let view = &self.views[b.node as usize];
+            let node = Arc::as_ptr(view);
             let domain = match last {
                 Some((n, d)) if n == node => d,
                 _ => {
-                    let d = b.node.labels.get(&term.key).filter(|_| {
-                        !self.removed.contains(&b.node.name) && g.counts_node(&b.node.taints, &b.node.reqs)
-                    });
+                    let d = view
+                        .labels
+                        .get(&term.key)
+                        .filter(|_| !self.removed.contains(&view.name) && g.counts_node(&view.taints, &view.reqs));
                     last = Some((node, d));
                     d
                 }
