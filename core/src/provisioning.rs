@@ -106,11 +106,12 @@ impl Nominations {
     }
 }
 
+/// Each NodePool's instance types as the decisions read them, with the unavailable offerings applied. The
+/// caller keeps them behind one `Arc` per pool while they are unchanged, so a pass copies none of them.
+pub type TypesFor<'a> = dyn Fn(&NodePool) -> std::sync::Arc<[InstanceType]> + 'a;
+
 /// The scheduler's view of the pools: each with its instance types and what it already holds.
-pub fn pool_inputs(
-    state: &ClusterState,
-    types_for: &dyn Fn(&NodePool) -> std::sync::Arc<[InstanceType]>,
-) -> Vec<PoolInput> {
+pub fn pool_inputs(state: &ClusterState, types_for: &TypesFor<'_>) -> Vec<PoolInput> {
     state
         .pools
         .iter()
@@ -180,7 +181,7 @@ pub fn scheduler_options(settings: &Settings) -> SchedulerOptions {
 /// against the cluster and its pools.
 pub fn schedule(
     state: &ClusterState,
-    types_for: &dyn Fn(&NodePool) -> std::sync::Arc<[InstanceType]>,
+    types_for: &TypesFor<'_>,
     nominations: &Nominations,
     settings: &Settings,
     now: Timestamp,
@@ -214,7 +215,7 @@ pub struct Provisioned {
 /// every placed pod (to its new claim or existing node) so the next batch does not buy for it again.
 pub fn provision(
     state: &ClusterState,
-    types_for: &dyn Fn(&NodePool) -> std::sync::Arc<[InstanceType]>,
+    types_for: &TypesFor<'_>,
     nominations: &mut Nominations,
     settings: &Settings,
     now: Timestamp,

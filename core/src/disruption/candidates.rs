@@ -267,7 +267,7 @@ pub fn claim_lifetime_remaining(claim: &crate::api::NodeClaim, now: Timestamp) -
 /// returned as blocked with their reason.
 pub fn candidates(
     state: &ClusterState,
-    types_for: &dyn Fn(&NodePool) -> Arc<[InstanceType]>,
+    types_for: &crate::provisioning::TypesFor<'_>,
     now: Timestamp,
 ) -> (Vec<Candidate>, Vec<Blocked>) {
     let pdb_allowed: Vec<(usize, i32)> =

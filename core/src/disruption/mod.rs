@@ -27,8 +27,8 @@ pub use candidates::{
 };
 pub use consolidation::{PoolTotals, Score, Simulator};
 
-use crate::api::{DisruptionReason, NodePool};
-use crate::cloud::{CapacityType, InstanceType};
+use crate::api::DisruptionReason;
+use crate::cloud::CapacityType;
 use crate::scheduling::ClaimPlan;
 use crate::settings::Settings;
 use crate::state::ClusterState;
@@ -170,7 +170,7 @@ pub struct Inputs<'a> {
     /// The cluster.
     pub state: &'a ClusterState,
     /// Instance types per pool (prices, and capacity for replacements).
-    pub types_for: &'a dyn Fn(&NodePool) -> std::sync::Arc<[InstanceType]>,
+    pub types_for: &'a crate::provisioning::TypesFor<'a>,
     /// Settings (feature gates, fleet-pricing knobs).
     pub settings: &'a Settings,
     /// The time of the pass.

@@ -641,7 +641,7 @@ impl Runtime {
         }
         self.batcher.reset();
         let types = self.refresh_types(&snapshot.pools, now).await;
-        let types_for = move |p: &NodePool| types.get(p.name()).cloned().unwrap_or_else(|| Arc::new([]));
+        let types_for = types_of(types);
         self.nominations.expire(now, |t| snapshot.claims.contains_key(t) || snapshot.nodes.contains_key(t));
         let names = &mut self.names;
         let mut name_for = |pool: &str| names(pool);
@@ -853,7 +853,7 @@ impl Runtime {
         // Disruption prices against current offerings: owned machines freed, spot prices moved.
         let types = self.refresh_types(&snapshot.pools, now).await;
         let Some(state) = self.state(&snapshot, now) else { return };
-        let types_for = move |p: &NodePool| types.get(p.name()).cloned().unwrap_or_else(|| Arc::new([]));
+        let types_for = types_of(types);
         let inputs = crate::disruption::Inputs { state: &state, types_for: &types_for, settings: &self.settings, now };
         let names = &mut self.names;
         let mut name_for = |pool: &str| names(pool);
@@ -979,6 +979,11 @@ impl Runtime {
             }
         }
     }
+}
+
+/// The decisions' view of `types`, read per pool: a pool with none read has none.
+fn types_of(types: HashMap<String, Arc<[InstanceType]>>) -> impl Fn(&NodePool) -> Arc<[InstanceType]> {
+    move |p| types.get(p.name()).cloned().unwrap_or_else(|| Arc::new([]))
 }
 
 fn pool_event(pool: &str, type_: EventType, reason: &'static str, message: String) -> ClusterEvent {

@@ -33,6 +33,14 @@ pub(super) struct Node {
     pub(super) ends_solve: bool,
 }
 
+impl Node {
+    /// What pods could still take of the node: its available resources, none below zero; nothing when it
+    /// takes no pods.
+    pub(super) fn room(&self) -> Resources {
+        if self.accepts_pods { self.available.max(&Resources::ZERO) } else { Resources::ZERO }
+    }
+}
+
 #[derive(Debug, Clone)]
 struct Chunk {
     nodes: Vec<Arc<Node>>,

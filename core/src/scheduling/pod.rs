@@ -141,12 +141,12 @@ pub struct TopologyTerm {
     /// The term's hash and equality token, kept once worked out. The fields above are set when the term is
     /// built and not changed after it is first hashed or compared (resolving a `namespaceSelector` starts the
     /// cache afresh).
-    pub(crate) hash: TermHash,
+    pub(crate) cache: TermCache,
 }
 
 /// What a [`TopologyTerm`] keeps of itself once worked out. Not part of the term's value.
 #[derive(Debug, Clone, Default)]
-pub(crate) struct TermHash {
+pub(crate) struct TermCache {
     hash: std::sync::OnceLock<u64>,
     /// Held (the same allocation) by terms known to be equal: the copies of one term, and the terms found
     /// equal to it ([`TopologyTerm::found_equal_to`]). Terms holding the same token are equal without
@@ -154,13 +154,22 @@ pub(crate) struct TermHash {
     same: std::sync::OnceLock<Arc<()>>,
 }
 
-impl PartialEq for TopologyTerm {
-    fn eq(&self, other: &Self) -> bool {
-        if let (Some(a), Some(b)) = (self.hash.same.get(), other.hash.same.get())
-            && Arc::ptr_eq(a, b)
-        {
-            return true;
-        }
+/// A [`TopologyTerm`]'s value, field by field: every field but the cache.
+type TermValue<'a> = (
+    &'a TopologyKind,
+    &'a String,
+    &'a Selector,
+    &'a Option<Vec<String>>,
+    &'a Option<Selector>,
+    &'a i32,
+    &'a Option<i32>,
+    &'a Option<Arc<[Requirements]>>,
+    &'a Option<String>,
+);
+
+impl TopologyTerm {
+    /// The fields equality compares; a field added to the term must be added here (the pattern says so).
+    fn value(&self) -> TermValue<'_> {
         let Self {
             kind,
             key,
@@ -171,17 +180,20 @@ impl PartialEq for TopologyTerm {
             min_domains,
             node_filter,
             honor_taints,
-            hash: _,
+            cache: _,
         } = self;
-        *kind == other.kind
-            && *key == other.key
-            && *selector == other.selector
-            && *namespaces == other.namespaces
-            && *namespace_selector == other.namespace_selector
-            && *max_skew == other.max_skew
-            && *min_domains == other.min_domains
-            && *node_filter == other.node_filter
-            && *honor_taints == other.honor_taints
+        (kind, key, selector, namespaces, namespace_selector, max_skew, min_domains, node_filter, honor_taints)
+    }
+}
+
+impl PartialEq for TopologyTerm {
+    fn eq(&self, other: &Self) -> bool {
+        if let (Some(a), Some(b)) = (self.cache.same.get(), other.cache.same.get())
+            && Arc::ptr_eq(a, b)
+        {
+            return true;
+        }
+        self.value() == other.value()
     }
 }
 
@@ -376,7 +388,7 @@ fn affinity_term(kind: TopologyKind, namespace: &str, t: &PodAffinityTerm) -> To
         min_domains: None,
         node_filter: None,
         honor_taints: None,
-        hash: TermHash::default(),
+        cache: TermCache::default(),
     }
 }
 
@@ -413,27 +425,17 @@ fn spread_term(
         .then(|| Arc::clone(node_alternatives)),
         honor_taints: (c.node_taints_policy.as_deref() == Some("Honor"))
             .then(|| serde_json::to_string(tolerations).unwrap_or_default()),
-        hash: TermHash::default(),
+        cache: TermCache::default(),
     }
 }
 
 impl std::hash::Hash for TopologyTerm {
     fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
         use std::hash::Hasher as _;
-        // Every field but `node_filter` (and the cache): terms equal under `Eq` hash alike.
-        let digest = self.hash.hash.get_or_init(|| {
-            let Self {
-                kind,
-                key,
-                selector,
-                namespaces,
-                namespace_selector,
-                max_skew,
-                min_domains,
-                node_filter: _,
-                honor_taints,
-                hash: _,
-            } = self;
+        // Every field of the value but `node_filter`: terms equal under `Eq` hash alike.
+        let digest = self.cache.hash.get_or_init(|| {
+            let (kind, key, selector, namespaces, namespace_selector, max_skew, min_domains, _, honor_taints) =
+                self.value();
             let mut h = rustc_hash::FxHasher::default();
             (kind, key, selector, namespaces, namespace_selector, max_skew, min_domains, honor_taints).hash(&mut h);
             h.finish()
@@ -445,14 +447,14 @@ impl std::hash::Hash for TopologyTerm {
 impl TopologyTerm {
     /// Gives the term an equality token, when it has none, before it is copied: its copies hold the same.
     pub(crate) fn share_equality(&self) {
-        self.hash.same.get_or_init(|| Arc::new(()));
+        self.cache.same.get_or_init(|| Arc::new(()));
     }
 
     /// Records that the term was found equal to `known` (it must be): it takes `known`'s token when it holds
     /// none yet, so the next comparison between them, or with `known`'s copies, is a pointer comparison.
     pub(crate) fn found_equal_to(&self, known: &TopologyTerm) {
-        if let Some(token) = known.hash.same.get() {
-            let _ = self.hash.same.set(Arc::clone(token));
+        if let Some(token) = known.cache.same.get() {
+            let _ = self.cache.same.set(Arc::clone(token));
         }
     }
 
@@ -464,7 +466,7 @@ impl TopologyTerm {
         names.sort();
         names.dedup();
         self.namespaces = Some(names);
-        self.hash = TermHash::default();
+        self.cache = TermCache::default();
     }
 }
 
@@ -601,6 +603,12 @@ impl PodInfo {
             volumes: Vec::new(),
             label_pairs: LabelPairs::default(),
         })
+    }
+
+    /// Whether every label selector and namespace list selects `other` exactly when it selects this pod:
+    /// the two have the same namespace and labels (the replicas of one owner, most often).
+    pub(crate) fn selected_alike(&self, other: &PodInfo) -> bool {
+        self.namespace == other.namespace && self.labels == other.labels
     }
 
     /// The hash of each of the pod's label pairs, in the labels' order ([`label_pair`]).

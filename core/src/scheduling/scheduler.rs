@@ -610,7 +610,7 @@ impl Scheduler {
                     rustc_hash::FxBuildHasher.hash_one((&p.namespace, p.label_pairs()))
                 };
                 let same = selecting.entry(key).or_default();
-                let groups = match same.iter().find(|(q, _)| q.namespace == p.namespace && q.labels == p.labels) {
+                let groups = match same.iter().find(|(q, _)| q.selected_alike(p)) {
                     Some((_, groups)) => groups.clone(),
                     None => {
                         let groups = self.topology.selecting(p);
@@ -672,17 +672,14 @@ impl Scheduler {
     /// What pods could still take of the `index`th existing node (in the order they were given to
     /// [`Scheduler::new`]): its available resources, none below zero; nothing when it takes no pods.
     pub fn node_room(&self, index: usize) -> Resources {
-        match self.nodes.get(index) {
-            Some(n) if n.accepts_pods => n.available.max(&Resources::ZERO),
-            _ => Resources::ZERO,
-        }
+        self.nodes.get(index).map_or(Resources::ZERO, Node::room)
     }
 
     /// [`Scheduler::node_room`] summed over every existing node.
     pub fn total_node_room(&self) -> Resources {
         let mut total = Resources::ZERO;
-        for n in self.nodes.iter().filter(|n| n.accepts_pods) {
-            total.add_assign(&n.available.max(&Resources::ZERO));
+        for n in self.nodes.iter() {
+            total.add_assign(&n.room());
         }
         total
     }

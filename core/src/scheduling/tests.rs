@@ -872,7 +872,7 @@ fn a_resolved_term_is_hashed_afresh() {
     let mut listed_term = listed.topology[0].clone();
     listed_term.namespaces = Some(vec!["team-a".into(), "team-b".into()]);
     listed_term.namespace_selector = None;
-    listed_term.hash = Default::default();
+    listed_term.cache = Default::default();
     assert_eq!(resolved.topology[0], listed_term);
     assert_eq!(hasher.hash_one(&resolved.topology[0]), hasher.hash_one(&listed_term));
     assert_ne!(hasher.hash_one(&resolved.topology[0]), before);

@@ -68,6 +68,12 @@ impl Group {
         }
     }
 
+    /// Counts `by` more of the group's pods in `domain`.
+    fn count_in(&mut self, domain: &str, by: i32) {
+        bump(&mut self.counts, domain, by);
+        self.total += by;
+    }
+
     fn count(&self, domain: &str) -> i32 {
         self.counts.get(domain).copied().unwrap_or(0)
     }
@@ -313,8 +319,7 @@ impl Topology {
                     && g.selects(&pod)
                     && g.counts_node(&node.taints, &node.reqs)
                 {
-                    bump(&mut g.counts, d, 1);
-                    g.total += 1;
+                    g.count_in(d, 1);
                 }
             }
             // The pod's own anti-affinity keeps matching pods out of its domain.
@@ -488,7 +493,7 @@ impl Topology {
             };
             let Some(d) = domain else { continue };
             let selects = match last_pod {
-                Some((p, selects)) if p.namespace == b.pod.namespace && p.labels == b.pod.labels => selects,
+                Some((p, selects)) if p.selected_alike(&b.pod) => selects,
                 _ => {
                     let selects = g.selects(&b.pod);
                     last_pod = Some((&b.pod, selects));
@@ -502,15 +507,13 @@ impl Topology {
                 Some((at, n)) if std::ptr::eq(*at, d) => *n += 1,
                 _ => {
                     if let Some((at, n)) = run.replace((d, 1)) {
-                        bump(&mut g.counts, at, n);
-                        g.total += n;
+                        g.count_in(at, n);
                     }
                 }
             }
         }
         if let Some((at, n)) = run {
-            bump(&mut g.counts, at, n);
-            g.total += n;
+            g.count_in(at, n);
         }
         let gid = self.groups.len();
         self.groups.push(Arc::new(g));

@@ -80,7 +80,7 @@ fn term(kind: TopologyKind, key: &str, group: &str) -> TopologyTerm {
         min_domains: None,
         node_filter: None,
         honor_taints: None,
-        hash: Default::default(),
+        cache: Default::default(),
     }
 }
 
