@@ -295,6 +295,179 @@ pub struct StateCache {
     pods: ObjectMemo<Pod, (Arc<PodInfo>, PodFacts)>,
     nodes: ObjectMemo<Node, ReadFacts>,
     claims: ObjectMemo<NodeClaim, ReadFacts>,
+    /// The last snapshot build's pods, with what it read them from.
+    built: Option<(PodsSource, Arc<BuiltPods>)>,
+}
+
+/// What a snapshot's pods were read from: its pod map, storage and namespaces, held weakly. A map written
+/// while a `Weak` to it is held is moved to a new allocation (`Arc::make_mut` and `Arc::get_mut` never
+/// write in place then), and the held `Weak` keeps the old address from being reused: the same allocations
+/// are the same objects.
+#[derive(Debug)]
+struct PodsSource {
+    pods: std::sync::Weak<BTreeMap<String, Arc<Pod>>>,
+    namespaces: std::sync::Weak<crate::cluster::NamespaceLabels>,
+    volumes: std::sync::Weak<BTreeMap<String, Arc<k8s_openapi::api::core::v1::PersistentVolume>>>,
+    claims: std::sync::Weak<BTreeMap<String, Arc<k8s_openapi::api::core::v1::PersistentVolumeClaim>>>,
+    classes: std::sync::Weak<BTreeMap<String, Arc<k8s_openapi::api::storage::v1::StorageClass>>>,
+    csi_nodes: std::sync::Weak<BTreeMap<String, Arc<k8s_openapi::api::storage::v1::CSINode>>>,
+}
+
+impl PodsSource {
+    fn of(snapshot: &crate::cluster::Snapshot) -> Self {
+        let storage = &snapshot.storage;
+        Self {
+            pods: Arc::downgrade(&snapshot.pods),
+            namespaces: Arc::downgrade(&snapshot.namespaces),
+            volumes: Arc::downgrade(&storage.volumes),
+            claims: Arc::downgrade(&storage.claims),
+            classes: Arc::downgrade(&storage.classes),
+            csi_nodes: Arc::downgrade(&storage.csi_nodes),
+        }
+    }
+
+    /// Whether `snapshot` holds the very maps this source was taken from.
+    fn is_of(&self, snapshot: &crate::cluster::Snapshot) -> bool {
+        let storage = &snapshot.storage;
+        std::ptr::eq(self.pods.as_ptr(), Arc::as_ptr(&snapshot.pods))
+            && std::ptr::eq(self.namespaces.as_ptr(), Arc::as_ptr(&snapshot.namespaces))
+            && std::ptr::eq(self.volumes.as_ptr(), Arc::as_ptr(&storage.volumes))
+            && std::ptr::eq(self.claims.as_ptr(), Arc::as_ptr(&storage.claims))
+            && std::ptr::eq(self.classes.as_ptr(), Arc::as_ptr(&storage.classes))
+            && std::ptr::eq(self.csi_nodes.as_ptr(), Arc::as_ptr(&storage.csi_nodes))
+    }
+}
+
+/// A build's pods, and what the pods bound to each node name add to it: all a later build over the same
+/// pods, storage and namespaces takes over whole, whatever its nodes and claims.
+#[derive(Debug, Default)]
+struct BuiltPods {
+    pods: Arc<[StatePod]>,
+    on_nodes: Vec<OnNode>,
+}
+
+/// The pods that count on one node name (bound to it, not finished), in the pods' order, and what they add.
+#[derive(Debug)]
+struct OnNode {
+    node: String,
+    pods: Vec<usize>,
+    requested: Resources,
+    host_ports: Vec<HostPort>,
+    /// Those of `pods` with volumes to attach.
+    with_volumes: Vec<usize>,
+}
+
+impl BuiltPods {
+    /// Counts the pods on the nodes of `state` (a state of nodes and no pod yet) they are bound to, and
+    /// gives it the pods.
+    fn count_on(&self, state: &mut ClusterState, by_name: &FxHashMap<String, usize>) {
+        for on in &self.on_nodes {
+            let Some(n) = by_name.get(on.node.as_str()) else { continue };
+            let node = &mut state.nodes[*n];
+            node.requested.add_assign(&on.requested);
+            node.host_ports.extend(on.host_ports.iter().cloned());
+            for i in &on.with_volumes {
+                crate::scheduling::VolumeRoom::attach(&mut node.volume_limits, &self.pods[*i].info.volumes);
+            }
+            node.pods.extend_from_slice(&on.pods);
+        }
+        state.pods = Arc::clone(&self.pods);
+    }
+}
+
+/// Reads a build's pods in order into a [`BuiltPods`].
+#[derive(Debug, Default)]
+struct PodsBuilder {
+    pods: Vec<StatePod>,
+    on_nodes: Vec<OnNode>,
+    /// Index into `on_nodes` by node name.
+    node_at: FxHashMap<String, usize>,
+}
+
+impl PodsBuilder {
+    /// Adds a pod: its scheduling view `info` (pinned where its volumes are, its namespace selectors
+    /// resolved), counted on the node it is bound to. `pod` is needed only when the pod has volumes and has
+    /// not finished.
+    fn add(
+        &mut self,
+        info: Arc<PodInfo>,
+        facts: &PodFacts,
+        pod: Option<&Pod>,
+        storage: &crate::cluster::Storage,
+        namespaces: &crate::cluster::NamespaceLabels,
+    ) {
+        let terminal = facts.terminal;
+        // Affinity terms selecting namespaces by label count the namespaces that match now; resolved
+        // each build, as namespaces change without the pod changing.
+        let info = if info.needs_namespaces() { Arc::new(info.with_namespaces(namespaces)) } else { info };
+        // Where its volumes are, or may be provisioned: for a pod still to be placed and for one
+        // consolidation may move. Injected afresh each build, as claims bind without the pod changing.
+        let mut volumes_ready = true;
+        let info = match pod.filter(|_| facts.has_volumes && !terminal) {
+            Some(pod) => match crate::scheduling::volume_placement(pod, storage) {
+                Ok(p) if p.requirements.is_empty() && p.attachments.is_empty() => info,
+                Ok(p) => {
+                    let mut pinned = PodInfo::clone(&info);
+                    pinned.node_selector.add_all(&p.requirements);
+                    pinned.volumes = p.attachments;
+                    Arc::new(pinned)
+                }
+                Err(e) => {
+                    tracing::debug!(error = %e, "not provisioned for until its volumes exist");
+                    volumes_ready = false;
+                    info
+                }
+            },
+            None => info,
+        };
+        let i = self.pods.len();
+        if let Some(name) = info.node_name.as_deref()
+            && !terminal
+        {
+            let at = match self.node_at.get(name) {
+                Some(at) => *at,
+                None => {
+                    self.node_at.insert(name.to_owned(), self.on_nodes.len());
+                    self.on_nodes.push(OnNode {
+                        node: name.to_owned(),
+                        pods: Vec::new(),
+                        requested: Resources::ZERO,
+                        host_ports: Vec::new(),
+                        with_volumes: Vec::new(),
+                    });
+                    self.on_nodes.len() - 1
+                }
+            };
+            let on = &mut self.on_nodes[at];
+            on.requested.add_assign(&info.requests);
+            on.host_ports.extend(info.host_ports.iter().cloned());
+            if !info.volumes.is_empty() {
+                on.with_volumes.push(i);
+            }
+            on.pods.push(i);
+        }
+        let provisionable = volumes_ready
+            && !terminal
+            && !facts.static_pod
+            && !info.daemon
+            && facts.provisionable
+            && !facts.terminating;
+        self.pods.push(StatePod {
+            info,
+            terminal,
+            static_pod: facts.static_pod,
+            terminating: facts.terminating,
+            stateful: facts.stateful,
+            start_time: facts.start_time,
+            not_ready: facts.not_ready,
+            pdb_healthy: facts.pdb_healthy,
+            provisionable,
+        });
+    }
+
+    fn finish(self) -> BuiltPods {
+        BuiltPods { pods: self.pods.into(), on_nodes: self.on_nodes }
+    }
 }
 
 /// What was read from one Node (or from a NodeClaim whose node has not registered: its labels with its
@@ -529,8 +702,8 @@ struct Objects<'a, P, N, C> {
 pub struct ClusterState {
     /// Nodes and launched claims.
     pub nodes: Vec<StateNode>,
-    /// Every pod.
-    pub pods: Vec<StatePod>,
+    /// Every pod (shared with the next state built over the same pods).
+    pub pods: Arc<[StatePod]>,
     /// What each DaemonSet would run on a new node.
     pub daemons: Vec<DaemonPod>,
     /// PodDisruptionBudgets.
@@ -645,7 +818,7 @@ impl ClusterState {
         now: Timestamp,
     ) -> Result<Self, StateError> {
         let objects = Objects { pods, nodes, claims, daemon_sets, pdbs, pools, storage, namespaces };
-        Self::build(objects, now, &mut StateCache::default())
+        Self::build(objects, None, now, &mut StateCache::default())
     }
 
     /// The state of snapshot files read with [`ReadPods`], consuming them: the nodes and claims move into
@@ -664,11 +837,13 @@ impl ClusterState {
         let (mut state, by_name) =
             Self::with_nodes(&nodes, &claims, &pdbs, &node_pools, &storage, now, &mut StateCache::default())?;
         drop((nodes, claims));
-        state.pods.reserve(pods.0.len());
+        let mut built = PodsBuilder::default();
+        built.pods.reserve(pods.0.len());
         for read in pods.0 {
             let info = read.info.map_err(|e| *e)?;
-            state.add_pod(info, &read.facts, read.pod.as_deref(), &by_name, &storage, &namespaces);
+            built.add(info, &read.facts, read.pod.as_deref(), &storage, &namespaces);
         }
+        built.finish().count_on(&mut state, &by_name);
         state.add_daemons(&daemon_sets)?;
         Ok(state)
     }
@@ -690,7 +865,7 @@ impl ClusterState {
             storage: &snapshot.storage,
             namespaces: &snapshot.namespaces,
         };
-        Self::build(objects, now, cache)
+        Self::build(objects, Some(snapshot), now, cache)
     }
 
     /// As [`ClusterState::from_objects`], from objects shared behind `Arc`s (a watch cache, the
@@ -710,11 +885,14 @@ impl ClusterState {
         let (storage, namespaces) = (Default::default(), Default::default());
         let objects =
             Objects { pods, nodes, claims, daemon_sets, pdbs, pools, storage: &storage, namespaces: &namespaces };
-        Self::build(objects, now, cache)
+        Self::build(objects, None, now, cache)
     }
 
+    /// The state of `objects`. With the `source` snapshot they are read from, a build over the same pods
+    /// as the last build with `cache` takes over that build's pods instead of reading them again.
     fn build<P, N, C, PI, NI, CI>(
         objects: Objects<'_, PI, NI, CI>,
+        source: Option<&crate::cluster::Snapshot>,
         now: Timestamp,
         cache: &mut StateCache,
     ) -> Result<Self, StateError>
@@ -728,16 +906,29 @@ impl ClusterState {
     {
         let Objects { pods, nodes, claims, daemon_sets, pdbs, pools, storage, namespaces } = objects;
         let (mut state, by_name) = Self::with_nodes(nodes, claims, pdbs, pools, storage, now, cache)?;
-        let read = |pod: &Pod| Ok::<_, StateError>((Arc::new(PodInfo::from_pod(pod)?), PodFacts::of(pod)));
-        cache.pods.begin_round();
-        let pods = pods.into_iter();
-        state.pods.reserve(pods.size_hint().0);
-        for pod_ref in pods {
-            let pod = pod_ref.object();
-            let (info, facts) = cache.pods.try_get(pod_ref.as_shared(), || read(pod))?;
-            state.add_pod(info, &facts, Some(pod), &by_name, storage, namespaces);
-        }
-        cache.pods.end_round();
+        let built = match (source, cache.built.take()) {
+            (Some(source), Some((last, built))) if last.is_of(source) => {
+                cache.built = Some((last, Arc::clone(&built)));
+                built
+            }
+            (source, _) => {
+                let read = |pod: &Pod| Ok::<_, StateError>((Arc::new(PodInfo::from_pod(pod)?), PodFacts::of(pod)));
+                cache.pods.begin_round();
+                let pods = pods.into_iter();
+                let mut builder = PodsBuilder::default();
+                builder.pods.reserve(pods.size_hint().0);
+                for pod_ref in pods {
+                    let pod = pod_ref.object();
+                    let (info, facts) = cache.pods.try_get(pod_ref.as_shared(), || read(pod))?;
+                    builder.add(info, &facts, Some(pod), storage, namespaces);
+                }
+                cache.pods.end_round();
+                let built = Arc::new(builder.finish());
+                cache.built = source.map(|s| (PodsSource::of(s), Arc::clone(&built)));
+                built
+            }
+        };
+        built.count_on(&mut state, &by_name);
         state.add_daemons(daemon_sets)?;
         Ok(state)
     }
@@ -930,70 +1121,6 @@ impl ClusterState {
         Ok((state, by_name))
     }
 
-    /// Adds a pod: its scheduling view `info` (pinned where its volumes are, its namespace selectors
-    /// resolved), counted on its node. `pod` is needed only when the pod has volumes and has not finished.
-    fn add_pod(
-        &mut self,
-        info: Arc<PodInfo>,
-        facts: &PodFacts,
-        pod: Option<&Pod>,
-        by_name: &FxHashMap<String, usize>,
-        storage: &crate::cluster::Storage,
-        namespaces: &crate::cluster::NamespaceLabels,
-    ) {
-        let terminal = facts.terminal;
-        // Affinity terms selecting namespaces by label count the namespaces that match now; resolved
-        // each build, as namespaces change without the pod changing.
-        let info = if info.needs_namespaces() { Arc::new(info.with_namespaces(namespaces)) } else { info };
-        // Where its volumes are, or may be provisioned: for a pod still to be placed and for one
-        // consolidation may move. Injected afresh each build, as claims bind without the pod changing.
-        let mut volumes_ready = true;
-        let info = match pod.filter(|_| facts.has_volumes && !terminal) {
-            Some(pod) => match crate::scheduling::volume_placement(pod, storage) {
-                Ok(p) if p.requirements.is_empty() && p.attachments.is_empty() => info,
-                Ok(p) => {
-                    let mut pinned = PodInfo::clone(&info);
-                    pinned.node_selector.add_all(&p.requirements);
-                    pinned.volumes = p.attachments;
-                    Arc::new(pinned)
-                }
-                Err(e) => {
-                    tracing::debug!(error = %e, "not provisioned for until its volumes exist");
-                    volumes_ready = false;
-                    info
-                }
-            },
-            None => info,
-        };
-        let i = self.pods.len();
-        if let Some(n) = info.node_name.as_ref().and_then(|n| by_name.get(n))
-            && !terminal
-        {
-            let node = &mut self.nodes[*n];
-            node.requested.add_assign(&info.requests);
-            node.host_ports.extend(info.host_ports.iter().cloned());
-            crate::scheduling::VolumeRoom::attach(&mut node.volume_limits, &info.volumes);
-            node.pods.push(i);
-        }
-        let provisionable = volumes_ready
-            && !terminal
-            && !facts.static_pod
-            && !info.daemon
-            && facts.provisionable
-            && !facts.terminating;
-        self.pods.push(StatePod {
-            info,
-            terminal,
-            static_pod: facts.static_pod,
-            terminating: facts.terminating,
-            stateful: facts.stateful,
-            start_time: facts.start_time,
-            not_ready: facts.not_ready,
-            pdb_healthy: facts.pdb_healthy,
-            provisionable,
-        });
-    }
-
     fn add_daemons(&mut self, daemon_sets: &[DaemonSet]) -> Result<(), StateError> {
         for ds in daemon_sets {
             self.daemons.push(daemon_pod(ds)?);
@@ -1088,7 +1215,7 @@ mod tests {
         let mut pods = vec![pod("a", "1"), pod("b", "2")];
         let first = build(&pods, &mut cache);
         let again = build(&pods, &mut cache);
-        for (x, y) in first.pods.iter().zip(&again.pods) {
+        for (x, y) in first.pods.iter().zip(again.pods.iter()) {
             assert!(Arc::ptr_eq(&x.info, &y.info), "an unchanged pod is not read again");
         }
         // A write copies the pod (another owner holds it): its view is read afresh, the other's is kept.
@@ -1166,6 +1293,68 @@ mod tests {
         let after = build(&nodes, &mut cache);
         assert!(Arc::ptr_eq(&first.nodes[0].labels, &after.nodes[0].labels));
         assert_eq!((cache.nodes.len(), cache.claims.len()), (1, 1));
+    }
+
+    #[test]
+    fn a_build_over_the_same_pods_takes_them_over_and_counts_them_on_its_own_nodes() {
+        use crate::resources::ResourceName;
+        let node = |name: &str| -> Arc<Node> {
+            Arc::new(
+                serde_json::from_value(serde_json::json!({
+                    "metadata": {"name": name},
+                    "status": {"allocatable": {"cpu": "8", "memory": "8Gi", "pods": "110"}}
+                }))
+                .unwrap(),
+            )
+        };
+        let bound = |name: &str, node: Option<&str>, cpu: &str, port: i32| -> (String, Arc<Pod>) {
+            let pod = serde_json::from_value(serde_json::json!({
+                "metadata": {"name": name, "namespace": "default"},
+                "spec": {"nodeName": node, "containers": [{"name": "c", "ports": [{"containerPort": port, "hostPort": port}],
+                    "resources": {"requests": {"cpu": cpu}}}]}
+            }))
+            .unwrap();
+            (format!("default/{name}"), Arc::new(pod))
+        };
+        let now = Timestamp::UNIX_EPOCH;
+        let mut snapshot = crate::cluster::Snapshot {
+            pods: Arc::new(BTreeMap::from([
+                bound("a", Some("n1"), "1", 80),
+                bound("b", Some("n2"), "2", 81),
+                bound("c", Some("n1"), "3", 82),
+                bound("d", None, "4", 83),
+            ])),
+            nodes: Arc::new(BTreeMap::from([("n1".to_owned(), node("n1"))])),
+            ..Default::default()
+        };
+        let counted = |state: &ClusterState| -> Vec<(String, i64, Vec<usize>, Vec<i32>)> {
+            let ports = |n: &StateNode| n.host_ports.iter().map(|p| p.port).collect();
+            state
+                .nodes
+                .iter()
+                .map(|n| (n.name.clone(), n.requested.get(ResourceName::CPU), n.pods.clone(), ports(n)))
+                .collect()
+        };
+        let mut cache = StateCache::default();
+        let first = ClusterState::from_snapshot(&snapshot, now, &mut cache).unwrap();
+        assert_eq!(counted(&first), [("n1".into(), 4000, vec![0, 2], vec![80, 82])]);
+        // A node registers; the pods are the same map: taken over, and counted on the nodes of this build.
+        snapshot.nodes = Arc::new(BTreeMap::from([("n1".to_owned(), node("n1")), ("n2".to_owned(), node("n2"))]));
+        let second = ClusterState::from_snapshot(&snapshot, now, &mut cache).unwrap();
+        assert!(Arc::ptr_eq(&first.pods, &second.pods));
+        let fresh = ClusterState::from_snapshot(&snapshot, now, &mut StateCache::default()).unwrap();
+        assert_eq!(counted(&second), counted(&fresh));
+        assert_eq!(counted(&second)[1], ("n2".into(), 2000, vec![1], vec![81]));
+        // The map written where it is (nothing else holds it): read again, never taken for the same pods.
+        drop((first, second, fresh));
+        Arc::make_mut(&mut snapshot.pods).extend([bound("c", Some("n2"), "5", 84)]);
+        let third = ClusterState::from_snapshot(&snapshot, now, &mut cache).unwrap();
+        assert_eq!(
+            counted(&third),
+            [("n1".into(), 1000, vec![0], vec![80]), ("n2".into(), 7000, vec![1, 2], vec![81, 84])]
+        );
+        let waiting: Vec<&str> = third.pods_to_place().map(|p| p.info.key.as_str()).collect();
+        assert_eq!(waiting, ["default/d"]);
     }
 
     /// One round of reads through `memo`, counting the reads it could not answer.

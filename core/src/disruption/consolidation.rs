@@ -90,11 +90,10 @@ pub struct Simulator<'a> {
     /// The schedulers every simulation clones, built on the first simulation: a pass that simulates
     /// nothing (no candidate gets that far) never builds them.
     bases: std::cell::OnceCell<Bases>,
-    /// The candidates' pods (indexes into `pods`), whose constraints the bases register up front.
+    /// The candidates' pods (indexes into the state's pods), whose constraints the bases register up front.
     candidate_pods: Vec<usize>,
     /// The candidates not yet consolidatable (inside their own `consolidateAfter`).
     unsettled: Vec<String>,
-    pods: Vec<Arc<PodInfo>>,
     /// Each pool's cost and disruption, the Balanced policy's denominators.
     pool_totals: HashMap<String, PoolTotals>,
     split_attempts: u32,
@@ -247,7 +246,6 @@ impl<'a> Simulator<'a> {
     /// Prepares a pass over `cands`; the shared bases are built when first needed.
     pub fn new(inputs: &'a Inputs<'a>, cands: &[Candidate]) -> Self {
         let state = inputs.state;
-        let pods: Vec<Arc<PodInfo>> = state.pods.iter().map(|p| Arc::clone(&p.info)).collect();
         let candidate_pods = cands.iter().flat_map(|c| c.pods.iter().copied()).collect();
         let unsettled = cands.iter().filter(|c| !c.consolidatable).map(|c| c.node.clone()).collect();
         let pool_totals = pool_totals(inputs, cands);
@@ -257,7 +255,6 @@ impl<'a> Simulator<'a> {
             bases: std::cell::OnceCell::new(),
             candidate_pods,
             unsettled,
-            pods,
             pool_totals,
             split_attempts: 0,
             booting,
@@ -273,6 +270,11 @@ impl<'a> Simulator<'a> {
     pub fn with_unread(mut self, unread: &'a dyn Fn(&str) -> bool) -> Self {
         self.unread = unread;
         self
+    }
+
+    /// The scheduling view of the state's pod `i`.
+    fn pod(&self, i: usize) -> &Arc<PodInfo> {
+        &self.inputs.state.pods[i].info
     }
 
     /// The shared bases: every node (with the room pending pods will take subtracted) and the candidates'
@@ -303,8 +305,8 @@ impl<'a> Simulator<'a> {
                     }
                 }
             }
-            let registered = base.register(self.candidate_pods.iter().map(|i| &*self.pods[*i]));
-            let mut groups: Vec<Option<PodGroups>> = vec![None; self.pods.len()];
+            let registered = base.register(self.candidate_pods.iter().map(|i| &**self.pod(*i)));
+            let mut groups: Vec<Option<PodGroups>> = vec![None; self.inputs.state.pods.len()];
             for (i, g) in self.candidate_pods.iter().zip(registered) {
                 groups[*i] = Some(g);
             }
@@ -384,7 +386,7 @@ impl<'a> Simulator<'a> {
             sim = sim.with_options(options);
         }
         let indexes = cands.iter().flat_map(|c| c.pods.iter().copied());
-        let pods: Vec<Arc<PodInfo>> = indexes.clone().map(|i| Arc::clone(&self.pods[i])).collect();
+        let pods: Vec<Arc<PodInfo>> = indexes.clone().map(|i| Arc::clone(self.pod(i))).collect();
         let groups = indexes.map(|i| bases.groups[i].as_ref()).collect::<Option<Vec<_>>>();
         (sim, pods, groups)
     }
@@ -671,7 +673,7 @@ impl<'a> Simulator<'a> {
         }
         let mut need = Resources::ZERO;
         for i in cands.iter().flat_map(|c| c.pods.iter()) {
-            need.add_assign(&self.pods[*i].requests);
+            need.add_assign(&self.pod(*i).requests);
         }
         need.fits(&room)
     }
@@ -796,7 +798,7 @@ impl<'a> Simulator<'a> {
     fn only_a_delete_moves(&self, cands: &[&Candidate]) -> bool {
         !self.settings().feature_gates.spot_to_spot_consolidation()
             && cands.iter().all(|c| {
-                c.capacity_type == Some(CapacityType::Spot) && c.pods.iter().all(|i| allows_spot(&self.pods[*i]))
+                c.capacity_type == Some(CapacityType::Spot) && c.pods.iter().all(|i| allows_spot(self.pod(*i)))
             })
             && self.bases().claims_stay_spot_capable
     }

@@ -276,7 +276,7 @@ pub fn digest(inputs: &Inputs<'_>, cands: &[Candidate], state: &DigestState) -> 
         (&n.name, &n.pool, n.deleting, n.ready, n.initialized, n.unschedulable, n.nominated).hash(&mut h);
         (&n.allocatable, &n.requested, n.taints.len(), n.pods.len()).hash(&mut h);
     }
-    for p in &state.pods {
+    for p in state.pods.iter() {
         (&p.info.key, &p.info.node_name, p.terminal).hash(&mut h);
     }
     for c in cands {
