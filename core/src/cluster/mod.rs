@@ -226,11 +226,6 @@ impl Snapshot {
         self.nodes.values().filter(move |n| node_provider_id(n) == Some(provider_id))
     }
 
-    /// Whether a node whose `spec.providerID` is `provider_id` is being deleted.
-    pub fn node_being_deleted(&self, provider_id: &str) -> bool {
-        self.nodes_with_provider_id(provider_id).any(|n| n.metadata.deletion_timestamp.is_some())
-    }
-
     /// The claim whose instance is `provider_id`.
     pub fn claim_with_provider_id(&self, provider_id: &str) -> Option<&Arc<NodeClaim>> {
         self.claims.values().find(|c| c.provider_id() == Some(provider_id))
@@ -396,6 +391,40 @@ pub fn do_not_disrupt_active(
     }
 }
 
+/// A snapshot's nodes by `spec.providerID`, worked out once per version of its node map: a reader asking
+/// about many claims looks each one up instead of scanning every node. The map is held weakly; one written
+/// since has moved to a new allocation (`Arc::make_mut` never writes in place while a `Weak` is held), so
+/// the same allocation means the same nodes.
+#[derive(Debug, Default)]
+pub(crate) struct NodesByProviderId {
+    source: std::sync::Weak<BTreeMap<String, Arc<Node>>>,
+    /// Node names by provider ID, in the map's order.
+    names: rustc_hash::FxHashMap<String, Vec<String>>,
+}
+
+impl NodesByProviderId {
+    /// The nodes of `snapshot` whose `spec.providerID` is `provider_id`, by name, as
+    /// [`Snapshot::nodes_with_provider_id`] lists them.
+    pub(crate) fn nodes<'s>(&mut self, snapshot: &'s Snapshot, provider_id: &str) -> Vec<&'s Arc<Node>> {
+        if !std::ptr::eq(self.source.as_ptr(), Arc::as_ptr(&snapshot.nodes)) {
+            self.names.clear();
+            for (name, node) in snapshot.nodes.iter() {
+                if let Some(pid) = node_provider_id(node) {
+                    self.names.entry(pid.to_owned()).or_default().push(name.clone());
+                }
+            }
+            self.source = Arc::downgrade(&snapshot.nodes);
+        }
+        let names = self.names.get(provider_id).map_or(&[][..], Vec::as_slice);
+        names.iter().filter_map(|n| snapshot.nodes.get(n)).collect()
+    }
+
+    /// Whether a node of `snapshot` whose `spec.providerID` is `provider_id` is being deleted.
+    pub(crate) fn being_deleted(&mut self, snapshot: &Snapshot, provider_id: &str) -> bool {
+        self.nodes(snapshot, provider_id).iter().any(|n| n.metadata.deletion_timestamp.is_some())
+    }
+}
+
 /// A node's `spec.providerID`.
 pub fn node_provider_id(node: &Node) -> Option<&str> {
     node.spec.as_ref()?.provider_id.as_deref()
@@ -516,4 +545,43 @@ pub async fn remove_node(cluster: &dyn Cluster, node: &Node) -> Result<(), ApiEr
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nodes_by_provider_id_answer_as_a_scan_does_after_every_write() {
+        let node = |name: &str, pid: &str| -> Node {
+            serde_json::from_value(serde_json::json!({"metadata": {"name": name}, "spec": {"providerID": pid}}))
+                .unwrap()
+        };
+        let api = InMemoryApi::new(jiff::Timestamp::UNIX_EPOCH);
+        for (name, pid) in [("b", "p1"), ("a", "p1"), ("c", "p2")] {
+            api.lock().put_node(node(name, pid));
+        }
+        let mut index = NodesByProviderId::default();
+        let names = |nodes: Vec<&Arc<Node>>| -> Vec<String> {
+            nodes.iter().map(|n| n.metadata.name.clone().unwrap()).collect()
+        };
+        let scan = |s: &Snapshot, pid: &str| -> Vec<String> { names(s.nodes_with_provider_id(pid).collect()) };
+        let snapshot = api.snapshot();
+        assert_eq!(names(index.nodes(&snapshot, "p1")), ["a", "b"]);
+        assert_eq!(names(index.nodes(&snapshot, "p3")), Vec::<String>::new());
+        assert!(!index.being_deleted(&snapshot, "p2"));
+        // Written where it lies (no snapshot holds the map): the index is worked out again.
+        drop(snapshot);
+        api.lock().update_node("c", |n| {
+            n.metadata.deletion_timestamp =
+                Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(jiff::Timestamp::UNIX_EPOCH))
+        });
+        api.lock().update_node("b", |n| n.spec.as_mut().unwrap().provider_id = Some("p2".into()));
+        let snapshot = api.snapshot();
+        for pid in ["p1", "p2", "p3"] {
+            assert_eq!(names(index.nodes(&snapshot, pid)), scan(&snapshot, pid), "{pid}");
+        }
+        assert!(index.being_deleted(&snapshot, "p2"));
+        assert!(!index.being_deleted(&snapshot, "p1"));
+    }
 }

@@ -196,6 +196,8 @@ pub struct Lifecycle {
     launched: HashMap<String, Instance>,
     /// When each initialized claim was last asked about provider drift, by claim name.
     drift_checked: HashMap<String, Timestamp>,
+    /// The nodes of the snapshots read, by provider ID.
+    by_provider_id: crate::cluster::NodesByProviderId,
     /// Counters.
     pub counters: Counters,
 }
@@ -238,6 +240,7 @@ impl Lifecycle {
             settings,
             launched: HashMap::new(),
             drift_checked: HashMap::new(),
+            by_provider_id: Default::default(),
             counters: Counters::default(),
         }
     }
@@ -333,7 +336,7 @@ impl Lifecycle {
 
         // Deleting a node deletes its claim (and the claim's termination drains and releases the node).
         if let Some(pid) = w.claim.provider_id()
-            && snapshot.node_being_deleted(pid)
+            && self.by_provider_id.being_deleted(&snapshot, pid)
         {
             return self.delete(cluster, &mut w, "node_deleted").await;
         }
@@ -446,7 +449,7 @@ impl Lifecycle {
         // Registration.
         if !w.claim.is_true(condition_types::REGISTERED) {
             let pid = w.claim.provider_id().unwrap_or_default().to_owned();
-            let nodes: Vec<&Arc<Node>> = snapshot.nodes_with_provider_id(&pid).collect();
+            let nodes = self.by_provider_id.nodes(&snapshot, &pid);
             match nodes.as_slice() {
                 [node] => {
                     let node = register(&mut w.claim, Node::clone(node));
@@ -587,7 +590,7 @@ impl Lifecycle {
         }
         if let Some(pid) = claim.provider_id().map(str::to_owned) {
             // Drain the node first, unless it is NotReady and its instance is already gone.
-            if let Some(node) = snapshot.nodes_with_provider_id(&pid).next() {
+            if let Some(node) = self.by_provider_id.nodes(snapshot, &pid).first() {
                 let gone = !node_ready(node) && provider.get(&pid).await.is_err_and(|e| e.is_not_found());
                 if !gone {
                     if !node_has_taint(node, labels::DISRUPTED_TAINT) {
@@ -617,7 +620,7 @@ impl Lifecycle {
                 Err(e) if e.is_not_found() => {}
                 Err(source) => return Err(LifecycleError::Provider { claim: claim.name().to_owned(), source }),
             }
-            for n in snapshot.nodes_with_provider_id(&pid) {
+            for n in self.by_provider_id.nodes(snapshot, &pid) {
                 remove_node(cluster, n).await?;
             }
         }
@@ -793,7 +796,7 @@ impl Lifecycle {
                 _ => continue,
             }
             let registered = claim.is_true(condition_types::REGISTERED);
-            let node_ready_now = snapshot.nodes_with_provider_id(pid).any(|n| node_ready(n));
+            let node_ready_now = self.by_provider_id.nodes(&snapshot, pid).iter().any(|n| node_ready(n));
             let launched_at = since_condition(claim, condition_types::LAUNCHED).or_else(|| created(claim));
             let reclaim = if registered {
                 !node_ready_now
