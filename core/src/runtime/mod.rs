@@ -261,6 +261,14 @@ impl Runtime {
         &self.unavailable
     }
 
+    /// What the runtime's state builds keep of the objects they read ([`StateCache`]). Something else
+    /// building states of the same cluster (the simulator's kube-scheduler) may build with it too: what
+    /// one build read is then not read again by the other, and a build over the pods the last one read
+    /// takes them over whole.
+    pub fn state_cache(&mut self) -> &mut StateCache {
+        &mut self.state_cache
+    }
+
     /// The settings.
     pub fn settings(&self) -> &Settings {
         &self.settings

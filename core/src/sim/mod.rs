@@ -25,7 +25,7 @@ use crate::disruption::queue::Event;
 use crate::runtime::{Runtime, counter_names};
 use crate::scheduling::{DaemonPod, Scheduler, SchedulerOptions};
 use crate::settings::Settings;
-use crate::state::{ClusterState, ObjectMemo, StateCache, daemon_pod};
+use crate::state::{ClusterState, ObjectMemo, daemon_pod};
 
 /// How the simulated nodes behave.
 #[derive(Debug, Clone)]
@@ -92,8 +92,6 @@ pub struct Sim {
     rebooted: HashMap<String, Timestamp>,
     /// Each DaemonSet's pod as the scheduler sees it, in the order of the API's DaemonSets.
     daemon_pods: Vec<DaemonPod>,
-    /// The kube-scheduler's scheduling views of the pods, reused while a pod is unchanged.
-    state_cache: StateCache,
     /// Each node's allocatable as its kubelet reports it, read once per node object.
     reported: ObjectMemo<Node, Option<crate::resources::Resources>>,
     /// Claim names handed out so far (shared by every runtime, so a restart never reuses one).
@@ -127,7 +125,6 @@ impl Sim {
             events: Vec::new(),
             rebooted: HashMap::new(),
             daemon_pods: Vec::new(),
-            state_cache: StateCache::default(),
             reported: ObjectMemo::default(),
             names,
             unavailable,
@@ -185,7 +182,7 @@ impl Sim {
     pub fn state(&mut self) -> ClusterState {
         let now = self.clock.now();
         let s = self.api.lock().snapshot();
-        ClusterState::from_snapshot(&s, now, &mut self.state_cache).unwrap_or_default()
+        ClusterState::from_snapshot(&s, now, self.runtime.state_cache()).unwrap_or_default()
     }
 
     /// Advances virtual time by `total` in steps of `step`, running the world and the runtime at each step.
