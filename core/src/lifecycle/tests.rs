@@ -851,6 +851,46 @@ async fn pod_events_stamp_the_claim_of_the_node_they_touch() {
     assert_eq!((stamp(&w), stamp2(&w)), (Some(moved), Some(moved)), "the node it left and the node it landed on");
 }
 
+/// Pod events across many pods: pods leaving, landing and moving between others that stay, listed
+/// before, between and after them, touch exactly their nodes.
+#[tokio::test]
+async fn pod_events_among_pods_that_stay_touch_only_the_nodes_that_changed() {
+    let mut w = World::new();
+    for c in ["c1", "c2", "c3", "c4"] {
+        running(&mut w, c).await;
+    }
+    let stamps = |w: &World| -> Vec<Option<Timestamp>> {
+        ["c1", "c2", "c3", "c4"]
+            .iter()
+            .map(|c| w.claim_(c).status.as_ref().and_then(|s| s.last_pod_event_time))
+            .collect()
+    };
+    for (pod, node) in [("b", "node-c1"), ("d", "node-c2"), ("f", "node-c3"), ("h", "node-c1")] {
+        bound_pod(&mut w, pod, node, json!({}));
+    }
+    let mut events = super::PodEvents::default();
+    let first = w.clock.now();
+    events.observe(&w.api, &w.api.snapshot(), first).await;
+    assert_eq!(stamps(&w), [Some(first), Some(first), Some(first), None]);
+    // "a" lands before every other pod, "d" leaves from between two that stay, "e" lands between, "f" moves
+    // to c4, and "z" lands after them all: c1 keeps its stamp, as "b" and "h" stay.
+    w.api.lock().remove_pod("default/d");
+    w.api.lock().remove_pod("default/f");
+    for (pod, node) in [("a", "node-c2"), ("e", "node-c2"), ("f", "node-c4"), ("z", "node-c4")] {
+        bound_pod(&mut w, pod, node, json!({}));
+    }
+    w.clock.advance(Duration::from_secs(60));
+    let then = w.clock.now();
+    events.observe(&w.api, &w.api.snapshot(), then).await;
+    assert_eq!(stamps(&w), [Some(first), Some(then), Some(then), Some(then)]);
+    // The last pod in key order leaving is seen too.
+    w.api.lock().remove_pod("default/z");
+    w.clock.advance(Duration::from_secs(60));
+    let last = w.clock.now();
+    events.observe(&w.api, &w.api.snapshot(), last).await;
+    assert_eq!(stamps(&w), [Some(first), Some(then), Some(then), Some(last)]);
+}
+
 /// An owner-less node is deleted only when the providers say its instance is gone: a throttled or refused
 /// `get` proves nothing.
 #[tokio::test]
