@@ -299,10 +299,8 @@ pub struct StateCache {
     built: Option<(PodsSource, Arc<BuiltPods>)>,
 }
 
-/// What a snapshot's pods were read from: its pod map, storage and namespaces, held weakly. A map written
-/// while a `Weak` to it is held is moved to a new allocation (`Arc::make_mut` and `Arc::get_mut` never
-/// write in place then), and the held `Weak` keeps the old address from being reused: the same allocations
-/// are the same objects.
+/// What a snapshot's pods were read from: its pod map, storage and namespaces, held weakly
+/// ([`unchanged_since`](crate::cluster::unchanged_since) says whether a snapshot holds them unchanged).
 #[derive(Debug)]
 struct PodsSource {
     pods: std::sync::Weak<BTreeMap<String, Arc<Pod>>>,
@@ -326,15 +324,16 @@ impl PodsSource {
         }
     }
 
-    /// Whether `snapshot` holds the very maps this source was taken from.
+    /// Whether `snapshot` holds the very maps this source was taken from, unchanged.
     fn is_of(&self, snapshot: &crate::cluster::Snapshot) -> bool {
+        use crate::cluster::unchanged_since;
         let storage = &snapshot.storage;
-        std::ptr::eq(self.pods.as_ptr(), Arc::as_ptr(&snapshot.pods))
-            && std::ptr::eq(self.namespaces.as_ptr(), Arc::as_ptr(&snapshot.namespaces))
-            && std::ptr::eq(self.volumes.as_ptr(), Arc::as_ptr(&storage.volumes))
-            && std::ptr::eq(self.claims.as_ptr(), Arc::as_ptr(&storage.claims))
-            && std::ptr::eq(self.classes.as_ptr(), Arc::as_ptr(&storage.classes))
-            && std::ptr::eq(self.csi_nodes.as_ptr(), Arc::as_ptr(&storage.csi_nodes))
+        unchanged_since(&self.pods, &snapshot.pods)
+            && unchanged_since(&self.namespaces, &snapshot.namespaces)
+            && unchanged_since(&self.volumes, &storage.volumes)
+            && unchanged_since(&self.claims, &storage.claims)
+            && unchanged_since(&self.classes, &storage.classes)
+            && unchanged_since(&self.csi_nodes, &storage.csi_nodes)
     }
 }
 

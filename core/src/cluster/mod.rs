@@ -391,10 +391,17 @@ pub fn do_not_disrupt_active(
     }
 }
 
-/// A snapshot's nodes by `spec.providerID`, worked out once per version of its node map: a reader asking
-/// about many claims looks each one up instead of scanning every node. The map is held weakly; one written
-/// since has moved to a new allocation (`Arc::make_mut` never writes in place while a `Weak` is held), so
-/// the same allocation means the same nodes.
+/// Whether `current` is the very object `held` was taken from, unchanged since. A collection held by a
+/// `Weak` is never written in place (`Arc::make_mut` moves it to a new allocation while a `Weak` is held,
+/// and `Arc::get_mut` refuses), and the `Weak` keeps its address from being reused: the same address means
+/// the same contents. What a reader works out from a snapshot's collection is kept with such a `Weak`.
+pub(crate) fn unchanged_since<T>(held: &std::sync::Weak<T>, current: &Arc<T>) -> bool {
+    std::ptr::eq(held.as_ptr(), Arc::as_ptr(current))
+}
+
+/// A snapshot's nodes by `spec.providerID`, worked out once per version of its node map (see
+/// [`unchanged_since`]): a reader asking about many claims looks each one up instead of scanning every
+/// node.
 #[derive(Debug, Default)]
 pub(crate) struct NodesByProviderId {
     source: std::sync::Weak<BTreeMap<String, Arc<Node>>>,
@@ -406,7 +413,7 @@ impl NodesByProviderId {
     /// The nodes of `snapshot` whose `spec.providerID` is `provider_id`, by name, as
     /// [`Snapshot::nodes_with_provider_id`] lists them.
     pub(crate) fn nodes<'s>(&mut self, snapshot: &'s Snapshot, provider_id: &str) -> Vec<&'s Arc<Node>> {
-        if !std::ptr::eq(self.source.as_ptr(), Arc::as_ptr(&snapshot.nodes)) {
+        if !unchanged_since(&self.source, &snapshot.nodes) {
             self.names.clear();
             for (name, node) in snapshot.nodes.iter() {
                 if let Some(pid) = node_provider_id(node) {
