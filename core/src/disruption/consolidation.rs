@@ -115,6 +115,10 @@ fn every_reason_read(_: &str) -> bool {
 pub(super) const NEEDS_A_NEW_SPOT_NODE: &str =
     "its pods need a new node, and spot-to-spot consolidation is disabled (feature gate SpotToSpotConsolidation)";
 
+/// Why a spot candidate stays, not simulated, when one of its pods has no other node to land on.
+pub(super) const FITS_NO_OTHER_NODE: &str = "one of its pods has room on no other ready node taking pods, and \
+     spot-to-spot consolidation is disabled (feature gate SpotToSpotConsolidation)";
+
 /// Why a candidate stays when the simulation stopped at a new node that could cost no less than it, or at
 /// a second new node.
 pub(super) const NEEDS_A_DEARER_NODE: &str =
@@ -122,6 +126,16 @@ pub(super) const NEEDS_A_DEARER_NODE: &str =
 
 /// Why a candidate stays when the simulation stopped at a pod placed on a node still booting.
 pub(super) const LANDS_ON_A_BOOTING_NODE: &str = "a pod would schedule against a node not yet initialized and Ready";
+
+/// Whether two pods ask the same of an existing node's room, taints and labels at every level of their
+/// relaxation ([`Scheduler::might_land_on_a_node`]).
+fn fits_alike(a: &PodInfo, b: &PodInfo) -> bool {
+    a.requests == b.requests
+        && a.tolerations == b.tolerations
+        && a.node_selector == b.node_selector
+        && a.required_terms == b.required_terms
+        && a.preferred_terms == b.preferred_terms
+}
 
 /// Whether nothing `pod` requires of its node (node selector, each required and preferred term, and the
 /// keys of its topology terms) narrows the capacity type away from spot.
@@ -754,6 +768,9 @@ impl<'a> Simulator<'a> {
         let Some(stop) = self.stop_for(cands, multi) else {
             return self.consolidate(cands, multi);
         };
+        if stop.first_claim_below == Some(f64::NEG_INFINITY) && self.a_pod_has_no_other_node(cands) {
+            return Err(FITS_NO_OTHER_NODE.into());
+        }
         match self.simulate_unless(cands, stop) {
             Ok(r) => self.conclude(cands, multi, r),
             // Only the spot stop takes any first claim and no second one.
@@ -761,6 +778,27 @@ impl<'a> Simulator<'a> {
             Err(Stopped::Claim) => Err(NEEDS_A_NEW_SPOT_NODE.into()),
             Err(Stopped::MarkedNode) => Err(LANDS_ON_A_BOOTING_NODE.into()),
         }
+    }
+
+    /// Whether some pod of `cands` can land on no node but theirs and those still booting, whatever else a
+    /// simulation of them places ([`Scheduler::might_land_on_a_node`]). When only a delete can move them
+    /// ([`Simulator::stop_for`] stopping at any new node), they then stay: that pod opens a new node, lands
+    /// on a booting one, or stays unscheduled, and the simulation need not run to say so.
+    fn a_pod_has_no_other_node(&self, cands: &[&Candidate]) -> bool {
+        let settled = &self.bases().settled;
+        let at: Option<Vec<usize>> =
+            cands.iter().map(|c| (settled.node_name(c.index) == Some(c.node.as_str())).then_some(c.index)).collect();
+        let Some(at) = at else { return false };
+        // Replicas of one owner ask the same: each is asked once in a row.
+        let mut last: Option<&PodInfo> = None;
+        cands.iter().flat_map(|c| c.pods.iter()).any(|i| {
+            let pod = &**self.pod(*i);
+            if last.is_some_and(|q| fits_alike(q, pod)) {
+                return false;
+            }
+            last = Some(pod);
+            !settled.might_land_on_a_node(pod, &at)
+        })
     }
 
     /// Where a simulation of `cands` may stop once the answer is known to be "stays"; `None` when it must

@@ -351,7 +351,7 @@ fn unread_reasons_change_no_decision() {
             .pod("p2", "s2", cpu, 0, json!({}))
     };
     // Neither pod fits the other node: each needs a new spot node, which spot-to-spot consolidation (off)
-    // would have to approve.
+    // would have to approve. Unread, that is known without a simulation: s1's pod has room on no other node.
     let full = two_spot("big", "10");
     let read = full.pass_unread(&settings, &|_| false);
     assert!(read.commands.is_empty());
@@ -360,8 +360,20 @@ fn unread_reasons_change_no_decision() {
     assert!(unread.commands.is_empty());
     assert_eq!(
         reasons(&unread),
-        [("s1".to_owned(), super::consolidation::NEEDS_A_NEW_SPOT_NODE.to_owned()), reasons(&read)[1].clone()]
+        [("s1".to_owned(), super::consolidation::FITS_NO_OTHER_NODE.to_owned()), reasons(&read)[1].clone()]
     );
+    // Each of s1's two pods has room on s2, not both: the simulation runs, and stops at the new node the
+    // second needs.
+    let both = Fleet { types: types.clone(), ..Default::default() }
+        .pool("spot", json!({}))
+        .node("s1", "spot", "big", "a", Spot)
+        .pod("p1", "s1", "5", 0, json!({}))
+        .pod("p1b", "s1", "5", 0, json!({}))
+        .node("s2", "spot", "big", "a", Spot)
+        .pod("p2", "s2", "10", 0, json!({}));
+    let unread = both.pass_unread(&settings, &|n| n == "s1");
+    assert!(unread.commands.is_empty());
+    assert_eq!(reasons(&unread)[0], ("s1".to_owned(), super::consolidation::NEEDS_A_NEW_SPOT_NODE.to_owned()));
 
     // s2's pod fits on s1: deleted, whoever reads the reasons.
     let room = two_spot("small", "1");
@@ -471,6 +483,7 @@ fn stopping_early_decides_as_the_full_simulation() {
     let verdict = |r: Result<Command, String>| r.map(|c| serde_json::to_value(&c).unwrap()).map_err(|_| ());
     let mut stopped_differently = 0;
     let mut stopped_at_booting = 0;
+    let mut not_simulated = 0;
     let mut splits = 0;
     // The same fleets with their first node still booting: pods that land there cannot count on it.
     let fleets = [
@@ -509,6 +522,7 @@ fn stopping_early_decides_as_the_full_simulation() {
                     stopped_differently += usize::from(matches!((&a, &b), (Err(x), Err(y)) if x != y));
                     stopped_at_booting +=
                         usize::from(matches!(&b, Err(y) if y == super::consolidation::LANDS_ON_A_BOOTING_NODE));
+                    not_simulated += usize::from(matches!(&b, Err(y) if y == super::consolidation::FITS_NO_OTHER_NODE));
                     splits += usize::from(a.as_ref().is_ok_and(|c| c.replacements.len() > 1));
                     assert_eq!(verdict(a), verdict(b), "{flags:?} {mask} multi {multi}");
                 }
@@ -518,6 +532,7 @@ fn stopping_early_decides_as_the_full_simulation() {
     assert!(splits > 0, "a split was tried");
     assert!(stopped_differently > 0, "some simulation stopped early");
     assert!(stopped_at_booting > 0, "some simulation stopped at a booting node");
+    assert!(not_simulated > 0, "some candidate's pod had no other node to land on");
 }
 
 #[test]

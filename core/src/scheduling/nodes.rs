@@ -110,14 +110,15 @@ impl Nodes {
         Some(out)
     }
 
-    /// The first node, in order, that `fits` accepts, asked only of nodes that might have room for
-    /// `requests`: every node but those of chunks where no node taking pods has that much of some resource.
-    pub(super) fn find(&self, requests: &Resources, mut fits: impl FnMut(&Node) -> bool) -> Option<usize> {
+    /// The first node, in order, that `fits` accepts (given the node's index and the node), asked only of
+    /// nodes that might have room for `requests`: every node but those of chunks where no node taking pods
+    /// has that much of some resource.
+    pub(super) fn find(&self, requests: &Resources, mut fits: impl FnMut(usize, &Node) -> bool) -> Option<usize> {
         for (at, chunk) in self.chunks.iter().enumerate() {
             if !chunk.may_hold(requests) {
                 continue;
             }
-            if let Some(j) = chunk.nodes.iter().position(|n| fits(n)) {
+            if let Some(j) = chunk.nodes.iter().enumerate().position(|(j, n)| fits(at * CHUNK + j, n)) {
                 return Some(at * CHUNK + j);
             }
         }
@@ -163,7 +164,8 @@ mod tests {
         let has_room = |n: &Node| n.accepts_pods && want.fits(&n.available);
         let scan = nodes.iter().position(has_room);
         let mut asked = Vec::new();
-        let found = nodes.find(&want, |n| {
+        let found = nodes.find(&want, |i, n| {
+            assert_eq!(nodes.get(i).map(|m| &m.info.name), Some(&n.info.name), "the index names the node");
             asked.push(n.info.name.clone());
             has_room(n)
         });

@@ -675,6 +675,38 @@ impl Scheduler {
         self.nodes.get(index).map_or(Resources::ZERO, Node::room)
     }
 
+    /// Whether `pod` might land on an existing node other than those at `except` (in the order the nodes
+    /// were given to [`Scheduler::new`]) and those marked with [`Scheduler::stop_on_landing`], in a solve
+    /// of this scheduler: `false` when, at every level of its relaxation, no such node taking pods has room
+    /// for it and tolerates it and meets its node requirements as that level states them. What else a
+    /// placement checks (topology, host ports, volumes) only turns nodes down, and the pods a solve places
+    /// only take room, so a pod told `false` lands on no such node in any solve of this scheduler.
+    pub fn might_land_on_a_node(&self, pod: &PodInfo, except: &[usize]) -> bool {
+        if self.options.ignore_preferences {
+            // A solve drops the pod's preferences before its first level; not worked out here.
+            return true;
+        }
+        let mut relax = Relaxation::default();
+        loop {
+            let cons = relax.constraints(pod);
+            let found = self.nodes.find(&pod.requests, |i, node| {
+                node.accepts_pods
+                    && !node.ends_solve
+                    && !except.contains(&i)
+                    && pod.requests.fits(&node.available)
+                    && taints::untolerated(&node.info.taints, &pod.tolerations, cons.tolerate_prefer_no_schedule)
+                        .is_none()
+                    && node.info.reqs.is_compatible(&cons.requirements, false)
+            });
+            if found.is_some() {
+                return true;
+            }
+            if relax.relax(pod, self.prefer_no_schedule).is_none() {
+                return false;
+            }
+        }
+    }
+
     /// [`Scheduler::node_room`] summed over every existing node.
     pub fn total_node_room(&self) -> Resources {
         let mut total = Resources::ZERO;
@@ -962,7 +994,7 @@ impl Scheduler {
         let inverse = self.topology.inverse(selecting);
         // 1. Existing nodes.
         let memo = PlacementMemo::new(groups);
-        let found = self.nodes.find(&pod.requests, |node| self.node_fits(node, pod, cons, groups, &inverse, &memo));
+        let found = self.nodes.find(&pod.requests, |_, node| self.node_fits(node, pod, cons, groups, &inverse, &memo));
         if let Some(n) = found {
             self.nodes.update(n, |node| {
                 node.available.sub_assign(&pod.requests);

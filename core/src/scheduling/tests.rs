@@ -966,3 +966,83 @@ fn equal_terms_share_a_group_across_passes_and_unequal_ones_never_do() {
     assert_eq!([next.group(tc), next.group(tb), next.group(ta), next.group(tc)], [0, 1, 1, 0]);
     assert!(ta == tb && tb != tc && ta != tc);
 }
+
+/// A pod told it lands on no existing node (but those set aside and those marked) lands on none in a solve,
+/// and one told it might, with nothing else in its way, does: every level of its relaxation is asked, the
+/// `PreferNoSchedule` tolerance the last of them included.
+/// A pod told it lands on no existing node (but those set aside and those marked) lands on none in a solve:
+/// every level of its relaxation is asked, the `PreferNoSchedule` tolerance the last of them included.
+#[test]
+fn a_pod_told_it_lands_on_no_node_lands_on_none() {
+    let sized = |name: &str, zone: &str, cpu: i64| ExistingNode {
+        available: Resources::cpu_memory(cpu, 32 << 30).with(ResourceName::PODS, 10),
+        ..zone_node(name, zone)
+    };
+    let soft = crate::scheduling::taints::taint("spare", None, "PreferNoSchedule");
+    let nodes = vec![
+        sized("n-a", "zone-a", 8000),
+        ExistingNode { taints: vec![soft], ..sized("n-b", "zone-b", 8000) },
+        sized("n-c", "zone-c", 2000),
+    ];
+    let base = Scheduler::new(
+        vec![input(NodePool::new("default", NodePoolSpec::default()), sized_catalog(8))],
+        nodes,
+        Vec::<(Arc<PodInfo>, &str)>::new(),
+        &[],
+        SchedulerOptions::default(),
+    );
+    let zones = |kind: &str, zones: &[&str]| {
+        let terms: Vec<Value> = zones
+            .iter()
+            .map(|z| json!({"matchExpressions": [{"key": labels::ZONE, "operator": "In", "values": [z]}]}))
+            .collect();
+        match kind {
+            "required" => json!({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution":
+                {"nodeSelectorTerms": terms}}}}),
+            _ => json!({"affinity": {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution":
+                terms.iter().map(|t| json!({"weight": 10, "preference": t})).collect::<Vec<_>>()}}}),
+        }
+    };
+    // What it is told, and whether a solve lands it on an unmarked node: told it might, a pod may still go
+    // to a new claim (one opens before `PreferNoSchedule` taints are tolerated).
+    let cases = [
+        ("big", pod("big", "4"), &[][..], false, (true, true)),
+        ("big without n-a", pod("big", "4"), &[0][..], false, (true, false)),
+        ("big without n-a, n-b marked", pod("big", "4"), &[0][..], true, (false, false)),
+        ("too big", pod("huge", "9"), &[][..], false, (false, false)),
+        ("zone-c only", pod_with("c", "4", zones("required", &["zone-c"]), json!({})), &[][..], false, (false, false)),
+        (
+            "small, zone-c only",
+            pod_with("c", "1", zones("required", &["zone-c"]), json!({})),
+            &[][..],
+            false,
+            (true, true),
+        ),
+        (
+            "zone-z or zone-a",
+            pod_with("or", "4", zones("required", &["zone-z", "zone-a"]), json!({})),
+            &[][..],
+            false,
+            (true, true),
+        ),
+        (
+            "zone-z preferred",
+            pod_with("pref", "4", zones("preferred", &["zone-z"]), json!({})),
+            &[1][..],
+            false,
+            (true, true),
+        ),
+    ];
+    for (what, pod, except, mark_b, (might, lands)) in cases {
+        let mut sched = base.clone();
+        if mark_b {
+            sched.stop_on_landing(&["n-b"]);
+        }
+        assert_eq!(sched.might_land_on_a_node(&pod, except), might, "{what}");
+        let r = sched.without_nodes_at(except).solve(vec![pod]);
+        let landed = r.existing.iter().any(|p| !(p.pods.is_empty() || mark_b && p.node == "n-b"));
+        assert_eq!(landed, lands, "{what}: {:?}", r.existing);
+    }
+    let ignoring = base.with_options(SchedulerOptions { ignore_preferences: true, ..SchedulerOptions::default() });
+    assert!(ignoring.might_land_on_a_node(&pod("huge", "9"), &[]), "not worked out when preferences are ignored");
+}
