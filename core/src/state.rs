@@ -294,11 +294,13 @@ impl<T> ObjectRef<T> for &Arc<T> {
 /// A snapshot build whose namespaces and storage are the last one's takes over the last build's pods that
 /// did not change, and the counts of the nodes none of whose pods changed, without reading the others
 /// again; a build that reads every pod (the first, or one after namespaces or storage changed) reads them
-/// through the memo of pods.
+/// through the memo of pods. A build that takes pods over empties that memo, so that it holds no pod (nor
+/// the object it was read from) once gone: a build reading every pod after one that took them over reads
+/// each afresh.
 #[derive(Debug, Default)]
 pub struct StateCache {
-    /// The pods the last build that read every pod read (later builds over the same namespaces and storage
-    /// take over `built` instead).
+    /// The pods the last build that read every pod read, until a build takes over `built` instead (over
+    /// the same namespaces and storage).
     pods: ObjectMemo<Pod, (Arc<PodInfo>, PodFacts)>,
     nodes: ObjectMemo<Node, ReadFacts>,
     claims: ObjectMemo<NodeClaim, ReadFacts>,
@@ -1095,6 +1097,9 @@ impl ClusterState {
                 built
             }
             (Some(source), Some((last, built))) if last.same_but_pods(source) => {
+                // From here on builds take over pods rather than read them through the memo: let go of the
+                // pods it holds, which would otherwise stay alive, objects and all, long after they are gone.
+                cache.pods = ObjectMemo::default();
                 let built = Arc::unwrap_or_clone(built);
                 let read = |pod: &Arc<Pod>| {
                     let info = Arc::new(PodInfo::from_pod(pod)?);
@@ -1668,9 +1673,15 @@ mod tests {
                 let fresh = ClusterState::from_snapshot(&snapshot, now, &mut StateCache::default()).unwrap();
                 proptest::prop_assert_eq!(pods(&built), pods(&fresh));
                 proptest::prop_assert_eq!(counted(&built), counted(&fresh));
-                // Taken over, not read again: the pods no build since the first read in full are not in the
-                // memo of full reads, and an unchanged pod keeps its view.
-                proptest::prop_assert_eq!(cache.pods.len(), read_in_full);
+                // Taken over, not read again (each batch writes a new map): the memo of full reads is let go
+                // of, and an unchanged pod keeps its view. No pod object written over or removed is kept.
+                proptest::prop_assert!(read_in_full > 0);
+                proptest::prop_assert_eq!(cache.pods.len(), 0);
+                for (key, pod) in &before {
+                    if !snapshot.pods.get(key).is_some_and(|now| Arc::ptr_eq(now, pod)) {
+                        proptest::prop_assert_eq!(Arc::strong_count(pod), 1, "{} is kept", key);
+                    }
+                }
                 for p in built.pods.iter() {
                     let unchanged = before.get(&p.info.key).is_some_and(|b| Arc::ptr_eq(b, &snapshot.pods[&p.info.key]));
                     if unchanged && let Some(q) = last.pods.iter().find(|q| q.info.key == p.info.key) {
