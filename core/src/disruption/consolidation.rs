@@ -127,6 +127,12 @@ pub(super) const NEEDS_A_DEARER_NODE: &str =
 /// Why a candidate stays when the simulation stopped at a pod placed on a node still booting.
 pub(super) const LANDS_ON_A_BOOTING_NODE: &str = "a pod would schedule against a node not yet initialized and Ready";
 
+/// The indexes of `cands`' nodes among the existing nodes of `base`, a scheduler built over the state's
+/// nodes in its order (a candidate's index finds its node); `None` when some candidate's is not there.
+fn node_indexes(base: &Scheduler, cands: &[&Candidate]) -> Option<Vec<usize>> {
+    cands.iter().map(|c| (base.node_name(c.index) == Some(c.node.as_str())).then_some(c.index)).collect()
+}
+
 /// Whether two pods ask the same of an existing node's room, taints and labels at every level of their
 /// relaxation ([`Scheduler::might_land_on_a_node`]).
 fn fits_alike(a: &PodInfo, b: &PodInfo) -> bool {
@@ -379,10 +385,7 @@ impl<'a> Simulator<'a> {
     ) -> (Scheduler, Vec<Arc<PodInfo>>, Option<Vec<&PodGroups>>) {
         let bases = self.bases();
         let from = if consolidating { &bases.settled } else { &bases.base };
-        // The bases hold the state's nodes in its order: a candidate's index finds its node.
-        let at: Option<Vec<usize>> =
-            cands.iter().map(|c| (from.node_name(c.index) == Some(c.node.as_str())).then_some(c.index)).collect();
-        let mut sim = match at {
+        let mut sim = match node_indexes(from, cands) {
             Some(at) => from.without_nodes_at(&at),
             None => from.without_nodes(&cands.iter().map(|c| c.node.as_str()).collect::<Vec<_>>()),
         };
@@ -786,9 +789,7 @@ impl<'a> Simulator<'a> {
     /// on a booting one, or stays unscheduled, and the simulation need not run to say so.
     fn a_pod_has_no_other_node(&self, cands: &[&Candidate]) -> bool {
         let settled = &self.bases().settled;
-        let at: Option<Vec<usize>> =
-            cands.iter().map(|c| (settled.node_name(c.index) == Some(c.node.as_str())).then_some(c.index)).collect();
-        let Some(at) = at else { return false };
+        let Some(at) = node_indexes(settled, cands) else { return false };
         // Replicas of one owner ask the same: each is asked once in a row.
         let mut last: Option<&PodInfo> = None;
         cands.iter().flat_map(|c| c.pods.iter()).any(|i| {

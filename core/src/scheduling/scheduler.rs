@@ -493,6 +493,16 @@ pub struct Scheduler {
     stopped: Option<Stopped>,
 }
 
+/// The checks of an existing node that depend on the node and the pod's constraints alone: it takes pods,
+/// has room for the pod, tolerates it (`PreferNoSchedule` as `cons` says) and meets `cons`' node
+/// requirements. The cheap ones come first, and nothing is allocated to say why not.
+fn node_admits(node: &Node, pod: &PodInfo, cons: &Constraints) -> bool {
+    node.accepts_pods
+        && pod.requests.fits(&node.available)
+        && taints::untolerated(&node.info.taints, &pod.tolerations, cons.tolerate_prefer_no_schedule).is_none()
+        && node.info.reqs.is_compatible(&cons.requirements, false)
+}
+
 impl Scheduler {
     /// Prepares a pass: pools (tried by weight, heaviest first), existing nodes (tried in order), pods
     /// already bound (for topology counts, with their node's name) and DaemonSet pods (for overhead).
@@ -690,13 +700,7 @@ impl Scheduler {
         loop {
             let cons = relax.constraints(pod);
             let found = self.nodes.find(&pod.requests, |i, node| {
-                node.accepts_pods
-                    && !node.ends_solve
-                    && !except.contains(&i)
-                    && pod.requests.fits(&node.available)
-                    && taints::untolerated(&node.info.taints, &pod.tolerations, cons.tolerate_prefer_no_schedule)
-                        .is_none()
-                    && node.info.reqs.is_compatible(&cons.requirements, false)
+                !node.ends_solve && !except.contains(&i) && node_admits(node, pod, &cons)
             });
             if found.is_some() {
                 return true;
@@ -1197,13 +1201,7 @@ impl Scheduler {
         inverse: &[usize],
         memo: &PlacementMemo,
     ) -> bool {
-        if !node.accepts_pods || !pod.requests.fits(&node.available) {
-            return false;
-        }
-        if taints::untolerated(&node.info.taints, &pod.tolerations, cons.tolerate_prefer_no_schedule).is_some() {
-            return false;
-        }
-        if !node.info.reqs.is_compatible(&cons.requirements, false) {
+        if !node_admits(node, pod, cons) {
             return false;
         }
         if pod.host_ports.iter().any(|p| node.host_ports.iter().any(|q| p.conflicts(q))) {

@@ -967,9 +967,6 @@ fn equal_terms_share_a_group_across_passes_and_unequal_ones_never_do() {
     assert!(ta == tb && tb != tc && ta != tc);
 }
 
-/// A pod told it lands on no existing node (but those set aside and those marked) lands on none in a solve,
-/// and one told it might, with nothing else in its way, does: every level of its relaxation is asked, the
-/// `PreferNoSchedule` tolerance the last of them included.
 /// A pod told it lands on no existing node (but those set aside and those marked) lands on none in a solve:
 /// every level of its relaxation is asked, the `PreferNoSchedule` tolerance the last of them included.
 #[test]
