@@ -306,6 +306,8 @@ pub struct StateCache {
     claims: ObjectMemo<NodeClaim, ReadFacts>,
     /// The last snapshot build's pods, with what it read them from.
     built: Option<(PodsSource, Arc<BuiltPods>)>,
+    /// The selection classes of the pods read.
+    classes: crate::scheduling::SelectionClasses,
 }
 
 /// What a snapshot's pods were read from: its pod map, storage and namespaces, held weakly
@@ -1101,16 +1103,24 @@ impl ClusterState {
                 // pods it holds, which would otherwise stay alive, objects and all, long after they are gone.
                 cache.pods = ObjectMemo::default();
                 let built = Arc::unwrap_or_clone(built);
+                let classes = &mut cache.classes;
                 let read = |pod: &Arc<Pod>| {
                     let info = Arc::new(PodInfo::from_pod(pod)?);
+                    classes.assign(&info);
                     Ok(state_pod(info, &PodFacts::of(pod), Some(pod), storage, namespaces))
                 };
                 let built = Arc::new(built.update(source, read)?);
+                cache.classes.sweep();
                 cache.built = Some((PodsSource::of(source), Arc::clone(&built)));
                 built
             }
             (source, _) => {
-                let read = |pod: &Pod| Ok::<_, StateError>((Arc::new(PodInfo::from_pod(pod)?), PodFacts::of(pod)));
+                let classes = &mut cache.classes;
+                let mut read = |pod: &Pod| {
+                    let info = PodInfo::from_pod(pod)?;
+                    classes.assign(&info);
+                    Ok::<_, StateError>((Arc::new(info), PodFacts::of(pod)))
+                };
                 cache.pods.begin_round();
                 let pods = pods.into_iter();
                 let mut builder = PodsBuilder::default();
@@ -1129,6 +1139,7 @@ impl ClusterState {
                     builder.add(info, &facts, Some(pod), storage, namespaces);
                 }
                 cache.pods.end_round();
+                cache.classes.sweep();
                 let built = Arc::new(builder.finish());
                 cache.built = source.map(|s| (PodsSource::of(s), Arc::clone(&built)));
                 built

@@ -92,7 +92,19 @@ pub async fn drain(
     grace_deadline: Option<Timestamp>,
     now: Timestamp,
 ) -> DrainStatus {
-    let mut on_node: Vec<&Pod> = snapshot.pods_on_node(node).map(|p| &**p).filter(|p| drainable(p, now)).collect();
+    let on_node: Vec<&Pod> = snapshot.pods_on_node(node).map(|p| &**p).collect();
+    drain_pods(cluster, snapshot, on_node, grace_deadline, now).await
+}
+
+/// As [`drain`], given the pods of `snapshot` bound to the node, in key order.
+pub async fn drain_pods(
+    cluster: &dyn Cluster,
+    snapshot: &Snapshot,
+    on_node: Vec<&Pod>,
+    grace_deadline: Option<Timestamp>,
+    now: Timestamp,
+) -> DrainStatus {
+    let mut on_node: Vec<&Pod> = on_node.into_iter().filter(|p| drainable(p, now)).collect();
     let mut status = DrainStatus::default();
     if on_node.is_empty() {
         status.done = true;

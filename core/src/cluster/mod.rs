@@ -260,8 +260,21 @@ impl Snapshot {
     /// pods tolerating the disruption taint, finished or stuck terminating ones; see
     /// [`crate::termination::drainable`]), which stay attached until the instance goes.
     pub fn pending_volume_attachments(&self, node: &str, now: jiff::Timestamp) -> Vec<String> {
-        let kept: std::collections::BTreeSet<&str> = self
-            .pods_on_node(node)
+        self.pending_volume_attachments_with(node, self.pods_on_node(node), now)
+    }
+
+    /// As [`Snapshot::pending_volume_attachments`], given the pods bound to `node`.
+    pub fn pending_volume_attachments_with<'a>(
+        &'a self,
+        node: &str,
+        on_node: impl IntoIterator<Item = &'a Arc<Pod>>,
+        now: jiff::Timestamp,
+    ) -> Vec<String> {
+        if !self.volume_attachments.values().any(|a| a.node == node) {
+            return Vec::new();
+        }
+        let kept: std::collections::BTreeSet<&str> = on_node
+            .into_iter()
             .filter(|p| !crate::termination::drainable(p, now))
             .flat_map(|p| {
                 let ns = p.metadata.namespace.as_deref().unwrap_or("default");

@@ -602,13 +602,16 @@ impl Lifecycle {
                     }
                     let deadline = claim.termination_deadline();
                     let name = node.metadata.name.clone().unwrap_or_default();
-                    let drained = crate::termination::drain(cluster, snapshot, &name, deadline, now).await;
+                    // Read once for the drain and the volumes: finding a node's pods scans every pod.
+                    let on_node: Vec<&Arc<k8s_openapi::api::core::v1::Pod>> = snapshot.pods_on_node(&name).collect();
+                    let pods = on_node.iter().map(|p| &***p).collect();
+                    let drained = crate::termination::drain_pods(cluster, snapshot, pods, deadline, now).await;
                     if !drained.done {
                         return Ok(Next::After(Duration::from_secs(1)));
                     }
                     // The drained pods' volumes detach before the instance goes, unless the grace period is
                     // over.
-                    let attached = snapshot.pending_volume_attachments(&name, now);
+                    let attached = snapshot.pending_volume_attachments_with(&name, on_node, now);
                     if !attached.is_empty() && deadline.is_none_or(|d| now < d) {
                         tracing::debug!(node = %name, ?attached, "waiting for volumes to detach");
                         return Ok(Next::After(Duration::from_secs(1)));

@@ -16,6 +16,7 @@ mod volumes;
 pub mod workload;
 
 pub use daemon::{DaemonPod, MAX_REALIZATIONS, daemon_overhead};
+pub(crate) use pod::SelectionClasses;
 pub use pod::{
     Constraints, HostPort, PodError, PodInfo, Relaxation, Selector, TopologyKind, TopologyTerm, pod_requests,
 };

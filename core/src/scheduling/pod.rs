@@ -260,17 +260,79 @@ pub struct PodInfo {
     /// (`namespace/name`). Read from the cluster's storage when the state is built, not from the pod
     /// alone: empty from [`PodInfo::from_pod`].
     pub volumes: Vec<(String, String)>,
-    /// The hashes of `labels`' pairs, worked out on first use ([`PodInfo::label_pairs`]).
-    pub(crate) label_pairs: LabelPairs,
+    /// What is worked out of `namespace` and `labels` on first use ([`PodInfo::label_pairs`],
+    /// [`PodInfo::selected_alike`]).
+    pub(crate) label_cache: LabelCache,
 }
 
-/// The hash of each of a pod's label pairs ([`label_pair`]), kept once worked out: a pod's labels are read
-/// by every pass's topology indexes over its whole life. Set when first read; the labels must not change
-/// after that. A copy starts without it, so a copy may change its labels first.
-#[derive(Debug, Default)]
-pub(crate) struct LabelPairs(std::sync::OnceLock<Box<[u64]>>);
+/// What a pod's namespace and labels give, kept once worked out: they are read by every pass's topology
+/// indexes and counts over the pod's whole life. Set when first read; the namespace and labels must not
+/// change after that. A copy starts without it, so a copy may change its labels first.
+#[derive(Default)]
+pub(crate) struct LabelCache {
+    /// The hash of each label pair ([`label_pair`]).
+    pairs: std::sync::OnceLock<Box<[u64]>>,
+    /// The pod's selection class ([`SelectionClasses`]): held (the same allocation) by every pod with the
+    /// same namespace and labels that the same classes saw. Pods holding one are selected alike without
+    /// comparing their labels, and topology counts tell them apart without reading them.
+    class: std::sync::OnceLock<Arc<()>>,
+}
 
-impl Clone for LabelPairs {
+/// Gives the pods read into a cluster's state their selection class: one token per namespace and labels,
+/// shared by every pod that has them (the replicas of one owner). Counting a topology group over tens of
+/// thousands of bound pods then asks whether the group selects a pod only when its class differs from the
+/// last pod's, without reading the pod at all (see [`PodInfo::class_id`]).
+#[derive(Debug, Default)]
+pub(crate) struct SelectionClasses {
+    /// Classes by a hash of their namespace and label pairs; each entry's namespace and labels are
+    /// compared before a pod joins it.
+    by_hash: rustc_hash::FxHashMap<u64, Vec<SelectionClass>>,
+}
+
+/// A selection class: its namespace and labels, and the token its pods hold.
+type SelectionClass = (String, BTreeMap<String, String>, Arc<()>);
+
+impl SelectionClasses {
+    /// Gives `pod` its class, new or known, unless it has one. Its namespace and labels must not change
+    /// after.
+    pub(crate) fn assign(&mut self, pod: &PodInfo) {
+        if pod.label_cache.class.get().is_some() {
+            return;
+        }
+        let hash = {
+            use std::hash::BuildHasher;
+            rustc_hash::FxBuildHasher.hash_one((&pod.namespace, pod.label_pairs()))
+        };
+        let entries = self.by_hash.entry(hash).or_default();
+        let token = match entries.iter().find(|(ns, labels, _)| *ns == pod.namespace && *labels == pod.labels) {
+            Some((_, _, token)) => Arc::clone(token),
+            None => {
+                let token = Arc::new(());
+                entries.push((pod.namespace.clone(), pod.labels.clone(), Arc::clone(&token)));
+                token
+            }
+        };
+        let _ = pod.label_cache.class.set(token);
+    }
+
+    /// Forgets the classes no pod holds any more.
+    pub(crate) fn sweep(&mut self) {
+        self.by_hash.retain(|_, entries| {
+            entries.retain(|(_, _, token)| Arc::strong_count(token) > 1);
+            !entries.is_empty()
+        });
+    }
+}
+
+/// Shows nothing: what is worked out is not part of the pod's value (two pods read alike print alike
+/// whatever each has worked out so far).
+impl std::fmt::Debug for LabelCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LabelCache").finish_non_exhaustive()
+    }
+}
+
+impl Clone for LabelCache {
     fn clone(&self) -> Self {
         Self::default()
     }
@@ -601,19 +663,27 @@ impl PodInfo {
             node_name: spec.node_name.clone().filter(|n| !n.is_empty()),
             daemon,
             volumes: Vec::new(),
-            label_pairs: LabelPairs::default(),
+            label_cache: LabelCache::default(),
         })
     }
 
     /// Whether every label selector and namespace list selects `other` exactly when it selects this pod:
     /// the two have the same namespace and labels (the replicas of one owner, most often).
     pub(crate) fn selected_alike(&self, other: &PodInfo) -> bool {
-        self.namespace == other.namespace && self.labels == other.labels
+        let same = self.class_id().is_some_and(|c| Some(c) == other.class_id());
+        same || self.namespace == other.namespace && self.labels == other.labels
+    }
+
+    /// The pod's selection class, when [`SelectionClasses`] gave it one: pods of the same class have the
+    /// same namespace and labels. An identity to compare while the pods are held (their class lives as long
+    /// as they do), not to keep.
+    pub(crate) fn class_id(&self) -> Option<std::num::NonZeroUsize> {
+        self.label_cache.class.get().and_then(|t| std::num::NonZeroUsize::new(Arc::as_ptr(t) as usize))
     }
 
     /// The hash of each of the pod's label pairs, in the labels' order ([`label_pair`]).
     pub(crate) fn label_pairs(&self) -> &[u64] {
-        self.label_pairs.0.get_or_init(|| self.labels.iter().map(|(k, v)| label_pair(k, v)).collect())
+        self.label_cache.pairs.get_or_init(|| self.labels.iter().map(|(k, v)| label_pair(k, v)).collect())
     }
 
     /// Every topology term the pod may be scheduled under, hard or preferred.
@@ -733,6 +803,45 @@ mod tests {
         let p: Pod =
             serde_json::from_value(json!({"metadata": {"name": "p", "namespace": "ns"}, "spec": spec})).unwrap();
         PodInfo::from_pod(&p).unwrap()
+    }
+
+    #[test]
+    fn selection_classes_join_only_pods_alike() {
+        let with = |ns: &str, app: &str| {
+            let p: Pod = serde_json::from_value(json!({"metadata": {"name": "p", "namespace": ns,
+                "labels": {"app": app}}, "spec": {"containers": []}}))
+            .unwrap();
+            PodInfo::from_pod(&p).unwrap()
+        };
+        let (a, b, c) = (with("ns", "web"), with("ns", "web"), with("ns", "web"));
+        let (other_app, other_ns) = (with("ns", "api"), with("other", "web"));
+        // Unclassed pods compare their namespaces and labels.
+        assert!(a.selected_alike(&b) && !a.selected_alike(&other_app) && a.class_id().is_none());
+        let mut classes = SelectionClasses::default();
+        for p in [&a, &b, &other_app, &other_ns] {
+            classes.assign(p);
+        }
+        // One class for the two alike, one each for the others; a pod without one still compares.
+        assert!(a.class_id().is_some() && a.class_id() == b.class_id());
+        assert!(a.class_id() != other_app.class_id() && a.class_id() != other_ns.class_id());
+        assert!(other_app.class_id() != other_ns.class_id());
+        assert!(a.selected_alike(&b) && a.selected_alike(&c) && c.selected_alike(&b));
+        for p in [&a, &b, &c] {
+            assert!(!p.selected_alike(&other_app) && !other_app.selected_alike(p));
+            assert!(!p.selected_alike(&other_ns) && !other_ns.selected_alike(p));
+        }
+        // A copy holds no class, so it may change its labels first; classed, it joins its new labels' class.
+        let mut copy = a.clone();
+        copy.labels.insert("app".into(), "api".into());
+        assert!(copy.class_id().is_none() && !copy.selected_alike(&a) && copy.selected_alike(&other_app));
+        classes.assign(&copy);
+        assert_eq!(copy.class_id(), other_app.class_id());
+        // Classes no pod holds are forgotten; those held stay.
+        drop((other_ns, copy, other_app));
+        classes.sweep();
+        assert_eq!(classes.by_hash.values().map(Vec::len).sum::<usize>(), 1);
+        classes.assign(&c);
+        assert_eq!(c.class_id(), a.class_id());
     }
 
     #[test]

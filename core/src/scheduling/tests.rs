@@ -1043,3 +1043,56 @@ fn a_pod_told_it_lands_on_no_node_lands_on_none() {
     let ignoring = base.with_options(SchedulerOptions { ignore_preferences: true, ..SchedulerOptions::default() });
     assert!(ignoring.might_land_on_a_node(&pod("huge", "9"), &[]), "not worked out when preferences are ignored");
 }
+
+/// Counting a group over bound pods reuses whether it selects a pod only for pods of the last one's
+/// selection class (or, unclassed, with its namespace and labels): pods of one owner with different labels,
+/// interleaved on one node, are told apart, classed or not.
+#[test]
+fn bound_pods_are_counted_by_their_own_labels_classed_or_not() {
+    let spread = json!({"topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone",
+        "whenUnsatisfiable": "DoNotSchedule", "labelSelector": {"matchLabels": {"app": "web", "tier": "front"}}}]});
+    let front = json!({"app": "web", "tier": "front"});
+    let back = json!({"app": "web", "tier": "back"});
+    let run = |classed: bool| {
+        let mut classes = SelectionClasses::default();
+        let layout = [
+            ("n-a", &front),
+            ("n-a", &back),
+            ("n-a", &front),
+            ("n-a", &back),
+            ("n-b", &back),
+            ("n-b", &back),
+            ("n-c", &front),
+        ];
+        let bound: Vec<(Arc<PodInfo>, &str)> = layout
+            .iter()
+            .enumerate()
+            .map(|(i, (node, labels_))| {
+                let p = pod_with(&format!("old-{i}"), "100m", json!({}), (*labels_).clone());
+                if classed {
+                    classes.assign(&p);
+                }
+                (Arc::new(p), *node)
+            })
+            .collect();
+        if classed {
+            assert_eq!(bound[0].0.class_id(), bound[2].0.class_id());
+            assert_ne!(bound[0].0.class_id(), bound[1].0.class_id());
+        }
+        let new = pod_with("new", "100m", spread.clone(), front.clone());
+        Scheduler::new(
+            vec![],
+            vec![zone_node("n-a", "zone-a"), zone_node("n-b", "zone-b"), zone_node("n-c", "zone-c")],
+            bound,
+            &[],
+            SchedulerOptions::default(),
+        )
+        .solve(vec![new])
+    };
+    for classed in [true, false] {
+        let r = run(classed);
+        let nodes: Vec<&str> = r.existing.iter().map(|p| p.node.as_str()).collect();
+        // zone-a runs two of the selected pods, zone-c one, zone-b none (its pods are the back tier).
+        assert_eq!(nodes, ["n-b"], "classed: {classed}");
+    }
+}

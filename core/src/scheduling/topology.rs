@@ -145,6 +145,9 @@ pub(crate) struct Bound {
     pod: Arc<PodInfo>,
     /// Its node, by index into [`Topology`]'s `views`.
     node: u32,
+    /// Its selection class ([`PodInfo::class_id`]), kept here so that counting a group over bound pods
+    /// reads a pod only when its class differs from the last one's.
+    class: Option<std::num::NonZeroUsize>,
 }
 
 /// Where a pod lands, for recording: a named domain, or the hostname of a claim opened in this pass.
@@ -334,7 +337,8 @@ impl Topology {
             for &pair in pod.label_pairs() {
                 index_insert(by_label, pair, at);
             }
-            Arc::make_mut(&mut self.bound).push(Bound { pod, node: view });
+            let class = pod.class_id();
+            Arc::make_mut(&mut self.bound).push(Bound { pod, node: view, class });
         }
         let added = first..self.bound.len();
         if !added.is_empty() {
@@ -473,9 +477,10 @@ impl Topology {
         // A node's pods are next to each other in `bound`: what the group needs of the node (is it still
         // here, its domain, do its taints count) is looked up once per node, not once per pod, and its pods
         // are counted into the domain at once. Pods next to each other are often of one owner: whether the
-        // group selects a pod is asked again only when its namespace or labels differ from the last one's.
+        // group selects a pod is asked again only when its selection class (kept in `bound`, so the pod is
+        // not read) differs from the last one's, and then only when its namespace or labels do.
         let mut last: Option<(*const NodeView, Option<&String>)> = None;
-        let mut last_pod: Option<(&PodInfo, bool)> = None;
+        let mut last_pod: Option<(Option<std::num::NonZeroUsize>, &PodInfo, bool)> = None;
         let mut run: Option<(&String, i32)> = None;
         for b in bound {
             let view = &self.views[b.node as usize];
@@ -493,10 +498,11 @@ impl Topology {
             };
             let Some(d) = domain else { continue };
             let selects = match last_pod {
-                Some((p, selects)) if p.selected_alike(&b.pod) => selects,
+                Some((class, _, selects)) if class.is_some() && class == b.class => selects,
+                Some((_, p, selects)) if p.selected_alike(&b.pod) => selects,
                 _ => {
                     let selects = g.selects(&b.pod);
-                    last_pod = Some((&b.pod, selects));
+                    last_pod = Some((b.class, &b.pod, selects));
                     selects
                 }
             };

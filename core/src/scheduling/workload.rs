@@ -123,7 +123,7 @@ pub fn diverse_pods(n: usize, seed: u64) -> Vec<PodInfo> {
                 node_name: None,
                 daemon: false,
                 volumes: Vec::new(),
-                label_pairs: Default::default(),
+                label_cache: Default::default(),
             });
         }
     }
