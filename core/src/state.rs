@@ -1105,22 +1105,16 @@ impl ClusterState {
                 let built = Arc::unwrap_or_clone(built);
                 let classes = &mut cache.classes;
                 let read = |pod: &Arc<Pod>| {
-                    let info = Arc::new(PodInfo::from_pod(pod)?);
-                    classes.assign(&info);
+                    let info = Arc::new(classes.read(pod)?);
                     Ok(state_pod(info, &PodFacts::of(pod), Some(pod), storage, namespaces))
                 };
                 let built = Arc::new(built.update(source, read)?);
-                cache.classes.sweep();
                 cache.built = Some((PodsSource::of(source), Arc::clone(&built)));
                 built
             }
             (source, _) => {
                 let classes = &mut cache.classes;
-                let mut read = |pod: &Pod| {
-                    let info = PodInfo::from_pod(pod)?;
-                    classes.assign(&info);
-                    Ok::<_, StateError>((Arc::new(info), PodFacts::of(pod)))
-                };
+                let mut read = |pod: &Pod| Ok::<_, StateError>((Arc::new(classes.read(pod)?), PodFacts::of(pod)));
                 cache.pods.begin_round();
                 let pods = pods.into_iter();
                 let mut builder = PodsBuilder::default();
@@ -1139,12 +1133,13 @@ impl ClusterState {
                     builder.add(info, &facts, Some(pod), storage, namespaces);
                 }
                 cache.pods.end_round();
-                cache.classes.sweep();
                 let built = Arc::new(builder.finish());
                 cache.built = source.map(|s| (PodsSource::of(s), Arc::clone(&built)));
                 built
             }
         };
+        // The classes of pods no build holds any more go.
+        cache.classes.sweep();
         built.count_on(&mut state, &by_name);
         state.add_daemons(daemon_sets)?;
         Ok(state)

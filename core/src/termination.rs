@@ -2,6 +2,8 @@
 //! (respecting PDBs and `karpenter.sh/do-not-disrupt`), and force what is left once the claim's
 //! `terminationGracePeriod` runs out.
 
+use std::sync::Arc;
+
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Pod;
 
@@ -92,19 +94,19 @@ pub async fn drain(
     grace_deadline: Option<Timestamp>,
     now: Timestamp,
 ) -> DrainStatus {
-    let on_node: Vec<&Pod> = snapshot.pods_on_node(node).map(|p| &**p).collect();
-    drain_pods(cluster, snapshot, on_node, grace_deadline, now).await
+    let on_node: Vec<&Arc<Pod>> = snapshot.pods_on_node(node).collect();
+    drain_pods(cluster, snapshot, &on_node, grace_deadline, now).await
 }
 
-/// As [`drain`], given the pods of `snapshot` bound to the node, in key order.
+/// As [`drain`], given the pods of `snapshot` bound to the node ([`Snapshot::pods_on_node`]), in key order.
 pub async fn drain_pods(
     cluster: &dyn Cluster,
     snapshot: &Snapshot,
-    on_node: Vec<&Pod>,
+    on_node: &[&Arc<Pod>],
     grace_deadline: Option<Timestamp>,
     now: Timestamp,
 ) -> DrainStatus {
-    let mut on_node: Vec<&Pod> = on_node.into_iter().filter(|p| drainable(p, now)).collect();
+    let mut on_node: Vec<&Pod> = on_node.iter().map(|p| p.as_ref()).filter(|p| drainable(p, now)).collect();
     let mut status = DrainStatus::default();
     if on_node.is_empty() {
         status.done = true;

@@ -603,9 +603,8 @@ impl Lifecycle {
                     let deadline = claim.termination_deadline();
                     let name = node.metadata.name.clone().unwrap_or_default();
                     // Read once for the drain and the volumes: finding a node's pods scans every pod.
-                    let on_node: Vec<&Arc<k8s_openapi::api::core::v1::Pod>> = snapshot.pods_on_node(&name).collect();
-                    let pods = on_node.iter().map(|p| &***p).collect();
-                    let drained = crate::termination::drain_pods(cluster, snapshot, pods, deadline, now).await;
+                    let on_node: Vec<_> = snapshot.pods_on_node(&name).collect();
+                    let drained = crate::termination::drain_pods(cluster, snapshot, &on_node, deadline, now).await;
                     if !drained.done {
                         return Ok(Next::After(Duration::from_secs(1)));
                     }

@@ -290,25 +290,34 @@ pub(crate) struct SelectionClasses {
 }
 
 /// A selection class: its namespace and labels, and the token its pods hold.
-type SelectionClass = (String, BTreeMap<String, String>, Arc<()>);
+#[derive(Debug)]
+struct SelectionClass {
+    namespace: String,
+    labels: BTreeMap<String, String>,
+    token: Arc<()>,
+}
 
 impl SelectionClasses {
+    /// Reads `pod` ([`PodInfo::from_pod`]) and gives it its class.
+    pub(crate) fn read(&mut self, pod: &Pod) -> Result<PodInfo, PodError> {
+        let info = PodInfo::from_pod(pod)?;
+        self.assign(&info);
+        Ok(info)
+    }
+
     /// Gives `pod` its class, new or known, unless it has one. Its namespace and labels must not change
     /// after.
     pub(crate) fn assign(&mut self, pod: &PodInfo) {
         if pod.label_cache.class.get().is_some() {
             return;
         }
-        let hash = {
-            use std::hash::BuildHasher;
-            rustc_hash::FxBuildHasher.hash_one((&pod.namespace, pod.label_pairs()))
-        };
-        let entries = self.by_hash.entry(hash).or_default();
-        let token = match entries.iter().find(|(ns, labels, _)| *ns == pod.namespace && *labels == pod.labels) {
-            Some((_, _, token)) => Arc::clone(token),
+        let entries = self.by_hash.entry(pod.selection_hash()).or_default();
+        let token = match entries.iter().find(|c| c.namespace == pod.namespace && c.labels == pod.labels) {
+            Some(class) => Arc::clone(&class.token),
             None => {
                 let token = Arc::new(());
-                entries.push((pod.namespace.clone(), pod.labels.clone(), Arc::clone(&token)));
+                let (namespace, labels) = (pod.namespace.clone(), pod.labels.clone());
+                entries.push(SelectionClass { namespace, labels, token: Arc::clone(&token) });
                 token
             }
         };
@@ -318,7 +327,7 @@ impl SelectionClasses {
     /// Forgets the classes no pod holds any more.
     pub(crate) fn sweep(&mut self) {
         self.by_hash.retain(|_, entries| {
-            entries.retain(|(_, _, token)| Arc::strong_count(token) > 1);
+            entries.retain(|c| Arc::strong_count(&c.token) > 1);
             !entries.is_empty()
         });
     }
@@ -679,6 +688,12 @@ impl PodInfo {
     /// as they do), not to keep.
     pub(crate) fn class_id(&self) -> Option<std::num::NonZeroUsize> {
         self.label_cache.class.get().and_then(|t| std::num::NonZeroUsize::new(Arc::as_ptr(t) as usize))
+    }
+
+    /// A hash of the pod's namespace and labels: equal for pods [selected alike](PodInfo::selected_alike).
+    pub(crate) fn selection_hash(&self) -> u64 {
+        use std::hash::BuildHasher;
+        rustc_hash::FxBuildHasher.hash_one((&self.namespace, self.label_pairs()))
     }
 
     /// The hash of each of the pod's label pairs, in the labels' order ([`label_pair`]).

@@ -615,11 +615,7 @@ impl Scheduler {
             .into_iter()
             .zip(&pods)
             .map(|(terms, p)| {
-                let key = {
-                    use std::hash::BuildHasher;
-                    rustc_hash::FxBuildHasher.hash_one((&p.namespace, p.label_pairs()))
-                };
-                let same = selecting.entry(key).or_default();
+                let same = selecting.entry(p.selection_hash()).or_default();
                 let groups = match same.iter().find(|(q, _)| q.selected_alike(p)) {
                     Some((_, groups)) => groups.clone(),
                     None => {
