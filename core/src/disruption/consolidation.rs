@@ -283,6 +283,15 @@ impl<'a> Simulator<'a> {
         }
     }
 
+    /// Registers up front only the pods of `cands`, some of the candidates it was prepared over: for a
+    /// simulation of those alone (a command's validation), which then need not hash the terms of every
+    /// other candidate's pods. A simulation of another candidate registers its pods as it places them.
+    #[must_use]
+    pub fn registering_only(mut self, cands: &[&Candidate]) -> Self {
+        self.candidate_pods = cands.iter().flat_map(|c| c.pods.iter().copied()).collect();
+        self
+    }
+
     /// Says which nodes' reasons nobody reads this pass (the operator's `Unconsolidatable` event about them
     /// is still silenced). Single-node consolidation may turn such a candidate down as soon as its answer
     /// is known, with a shorter reason; what it decides is the same.

@@ -439,7 +439,7 @@ pub fn validate(command: &Command, method: Method, inputs: &Inputs<'_>) -> Resul
         },
         Method::NodeRepair => Ok(command.clone()),
         Method::MultiNodeConsolidation | Method::SingleNodeConsolidation => {
-            let mut sim = Simulator::new(inputs, &cands);
+            let mut sim = Simulator::new(inputs, &cands).registering_only(&chosen);
             let fresh = sim.consolidate(&chosen, method == Method::MultiNodeConsolidation)?;
             if fresh.decision != command.decision
                 || fresh.replacements.len() != command.replacements.len()

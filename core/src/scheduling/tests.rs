@@ -1053,17 +1053,8 @@ fn bound_pods_are_counted_by_their_own_labels_classed_or_not() {
         "whenUnsatisfiable": "DoNotSchedule", "labelSelector": {"matchLabels": {"app": "web", "tier": "front"}}}]});
     let front = json!({"app": "web", "tier": "front"});
     let back = json!({"app": "web", "tier": "back"});
-    let run = |classed: bool| {
+    let run = |classed: bool, layout: &[(&str, &Value)], gone: &[&str]| {
         let mut classes = SelectionClasses::default();
-        let layout = [
-            ("n-a", &front),
-            ("n-a", &back),
-            ("n-a", &front),
-            ("n-a", &back),
-            ("n-b", &back),
-            ("n-b", &back),
-            ("n-c", &front),
-        ];
         let bound: Vec<(Arc<PodInfo>, &str)> = layout
             .iter()
             .enumerate()
@@ -1080,19 +1071,34 @@ fn bound_pods_are_counted_by_their_own_labels_classed_or_not() {
             assert_ne!(bound[0].0.class_id(), bound[1].0.class_id());
         }
         let new = pod_with("new", "100m", spread.clone(), front.clone());
-        Scheduler::new(
+        let mut base = Scheduler::new(
             vec![],
             vec![zone_node("n-a", "zone-a"), zone_node("n-b", "zone-b"), zone_node("n-c", "zone-c")],
             bound,
             &[],
             SchedulerOptions::default(),
-        )
-        .solve(vec![new])
+        );
+        // The group is counted before the nodes go (as a pass's base registers its candidates' pods), and
+        // again after, in a copy that never had them.
+        let fresh = base.clone().without_nodes(gone).solve(vec![new.clone()]);
+        base.register([&new]);
+        let r = base.without_nodes(gone).solve(vec![new]);
+        assert_eq!(fresh.existing.len(), r.existing.len());
+        r.existing.iter().map(|p| p.node.clone()).collect::<Vec<_>>()
     };
+    let counted = [("n-a", &front), ("n-a", &back), ("n-a", &front), ("n-a", &back), ("n-b", &back), ("n-b", &back)];
+    let mut counted = counted.to_vec();
+    counted.push(("n-c", &front));
+    // Without n-a, zone-a counts none of its two selected pods: the zones count 0, 1 and 1, so the new pod
+    // may go to zone-a alone, where no node is left.
+    let removed = [("n-a", &front), ("n-a", &back), ("n-a", &front), ("n-a", &back), ("n-b", &back), ("n-b", &front)];
+    let mut removed = removed.to_vec();
+    removed.push(("n-c", &front));
     for classed in [true, false] {
-        let r = run(classed);
-        let nodes: Vec<&str> = r.existing.iter().map(|p| p.node.as_str()).collect();
         // zone-a runs two of the selected pods, zone-c one, zone-b none (its pods are the back tier).
-        assert_eq!(nodes, ["n-b"], "classed: {classed}");
+        assert_eq!(run(classed, &counted, &[]), ["n-b"], "classed: {classed}");
+        assert!(run(classed, &removed, &["n-a"]).is_empty(), "classed: {classed}");
+        // With n-a, zone-a's two make room in the others.
+        assert_eq!(run(classed, &removed, &[]).len(), 1, "classed: {classed}");
     }
 }

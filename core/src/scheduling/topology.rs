@@ -139,15 +139,23 @@ pub(crate) fn offer_domain(domains: &mut PoolDomains, key: &str, domain: &str, t
     }
 }
 
-/// A pod bound to a node.
+/// An existing node's bound pods, as topology counts them.
 #[derive(Debug, Clone)]
-pub(crate) struct Bound {
-    pod: Arc<PodInfo>,
-    /// Its node, by index into [`Topology`]'s `views`.
-    node: u32,
-    /// Its selection class ([`PodInfo::class_id`]), kept here so that counting a group over bound pods
-    /// reads a pod only when its class differs from the last one's.
-    class: Option<std::num::NonZeroUsize>,
+struct BoundNode {
+    view: Arc<NodeView>,
+    /// Its pods' classes (indexes into [`Topology`]'s `classes`), each with how many of its pods it has.
+    classes: Vec<(u32, i32)>,
+    /// Those of its pods with an anti-affinity term: each claims its own domain.
+    anti: Vec<Arc<PodInfo>>,
+}
+
+/// Bound pods selected alike (one namespace, the same labels): whether a group selects them is asked once,
+/// of the first, and they are counted by node.
+#[derive(Debug, Clone)]
+struct BoundClass {
+    first: Arc<PodInfo>,
+    /// The nodes its pods are on (indexes into [`Topology`]'s `bound`), each with how many.
+    nodes: Vec<(u32, i32)>,
 }
 
 /// Where a pod lands, for recording: a named domain, or the hostname of a claim opened in this pass.
@@ -260,16 +268,20 @@ pub(crate) struct Topology {
     universe: Arc<PoolDomains>,
     /// Every existing node (shared by clones): its domains join the groups that count it.
     existing: Arc<Vec<Arc<NodeView>>>,
-    /// Bound pods with their node's labels and taints, counted into groups created later (shared by
-    /// clones).
-    bound: Arc<Vec<Bound>>,
-    /// The nodes of `bound`'s pods, one entry per run of pods added together (shared by clones).
-    views: Arc<Vec<Arc<NodeView>>>,
+    /// The nodes with bound pods, counted into groups created later (shared by clones).
+    bound: Arc<Vec<BoundNode>>,
     /// Indexes into `bound` by node name (shared by clones).
-    bound_by_node: Arc<FxHashMap<String, Vec<usize>>>,
-    /// Indexes into `bound` by each of the pod's labels, ascending (shared by clones): a new group counts
-    /// only the bound pods carrying a label its selector requires.
-    bound_by_label: Arc<LabelIndex>,
+    bound_by_node: Arc<FxHashMap<String, u32>>,
+    /// The bound pods by selection class (shared by clones): a new group asks once per class whether it
+    /// selects its pods.
+    classes: Arc<Vec<BoundClass>>,
+    /// Indexes into `classes` by a pod's class token ([`PodInfo::class_id`]) or, for a pod without one, by
+    /// its [`PodInfo::selection_hash`] (shared by clones). A list may hold classes of either kind: each is
+    /// checked against the pod.
+    class_at: Arc<FxHashMap<u64, Vec<u32>>>,
+    /// Indexes into `classes` by each of their pods' labels, ascending (shared by clones): a new group
+    /// looks only at the classes carrying a label its selector requires.
+    classes_by_label: Arc<LabelIndex>,
     /// Nodes removed from this simulation: their pods no longer count.
     removed: FxHashSet<String>,
 }
@@ -312,9 +324,16 @@ impl Topology {
 
     /// Registers pods already running on `node`, in order.
     pub(crate) fn add_bound_on(&mut self, node: &Arc<NodeView>, pods: impl IntoIterator<Item = Arc<PodInfo>>) {
-        let view = self.views.len() as u32;
-        Arc::make_mut(&mut self.views).push(Arc::clone(node));
-        let first = self.bound.len();
+        let at = match self.bound_by_node.get(node.name.as_str()) {
+            Some(at) => *at,
+            None => {
+                let at = self.bound.len() as u32;
+                let entry = BoundNode { view: Arc::clone(node), classes: Vec::new(), anti: Vec::new() };
+                Arc::make_mut(&mut self.bound).push(entry);
+                Arc::make_mut(&mut self.bound_by_node).insert(node.name.clone(), at);
+                at
+            }
+        };
         for pod in pods {
             for &gid in self.selectors.candidates(&pod).iter() {
                 let g = Arc::make_mut(&mut self.groups[gid]);
@@ -326,30 +345,47 @@ impl Topology {
                 }
             }
             // The pod's own anti-affinity keeps matching pods out of its domain.
+            let mut anti = false;
             for t in pod.topology.iter().filter(|t| t.kind == TopologyKind::AntiAffinity) {
+                anti = true;
                 let gid = self.group(t);
                 if let Some(d) = node.labels.get(&t.key) {
                     bump(&mut Arc::make_mut(&mut self.groups[gid]).owners, d, 1);
                 }
             }
-            let at = self.bound.len();
-            let by_label = Arc::make_mut(&mut self.bound_by_label);
-            for &pair in pod.label_pairs() {
-                index_insert(by_label, pair, at);
+            let class = self.class_of(&pod);
+            let entry = &mut Arc::make_mut(&mut self.bound)[at as usize];
+            match entry.classes.iter_mut().find(|(c, _)| *c == class) {
+                Some((_, n)) => *n += 1,
+                None => entry.classes.push((class, 1)),
             }
-            let class = pod.class_id();
-            Arc::make_mut(&mut self.bound).push(Bound { pod, node: view, class });
-        }
-        let added = first..self.bound.len();
-        if !added.is_empty() {
-            let by_node = Arc::make_mut(&mut self.bound_by_node);
-            match by_node.get_mut(node.name.as_str()) {
-                Some(list) => list.extend(added),
-                None => {
-                    by_node.insert(node.name.clone(), added.collect());
-                }
+            if anti {
+                entry.anti.push(Arc::clone(&pod));
+            }
+            let nodes = &mut Arc::make_mut(&mut self.classes)[class as usize].nodes;
+            match nodes.last_mut() {
+                Some((n, count)) if *n == at => *count += 1,
+                _ => nodes.push((at, 1)),
             }
         }
+    }
+
+    /// The class of bound pods `pod` joins (by index into `classes`), new if none is selected alike.
+    fn class_of(&mut self, pod: &Arc<PodInfo>) -> u32 {
+        let key = pod.class_id().map_or_else(|| pod.selection_hash(), |c| c.get() as u64);
+        if let Some(list) = self.class_at.get(&key)
+            && let Some(c) = list.iter().find(|c| self.classes[**c as usize].first.selected_alike(pod))
+        {
+            return *c;
+        }
+        let c = self.classes.len() as u32;
+        Arc::make_mut(&mut self.classes).push(BoundClass { first: Arc::clone(pod), nodes: Vec::new() });
+        Arc::make_mut(&mut self.class_at).entry(key).or_default().push(c);
+        let by_label = Arc::make_mut(&mut self.classes_by_label);
+        for &pair in pod.label_pairs() {
+            index_insert(by_label, pair, c as usize);
+        }
+        c
     }
 
     /// Forgets the pods bound to `node`, as if it were gone.
@@ -357,15 +393,18 @@ impl Topology {
         if !self.removed.insert(node.to_owned()) {
             return;
         }
+        let Some(&at) = self.bound_by_node.get(node) else { return };
         let bound = Arc::clone(&self.bound);
-        let index = Arc::clone(&self.bound_by_node);
-        let Some(at) = index.get(node) else { return };
-        let Some(view) = at.first().map(|i| Arc::clone(&self.views[bound[*i].node as usize])) else { return };
+        let classes = Arc::clone(&self.classes);
+        let entry = &bound[at as usize];
+        let view = &entry.view;
         // What a group needs of the node (its domain, when its pods count for the group) is the same for
-        // every pod on it: worked out once per group.
+        // every pod on it: worked out once per group. Whether a group selects the pods of a class is asked
+        // of the class's first pod.
         let mut domains: Vec<(usize, Option<&String>)> = Vec::new();
-        for b in at.iter().map(|i| &bound[*i]) {
-            for &gid in self.selectors.candidates(&b.pod).iter() {
+        for &(class, n) in &entry.classes {
+            let first = &classes[class as usize].first;
+            for &gid in self.selectors.candidates(first).iter() {
                 let domain = match domains.iter().find(|(g, _)| *g == gid) {
                     Some((_, d)) => *d,
                     None => {
@@ -376,19 +415,20 @@ impl Topology {
                     }
                 };
                 let Some(d) = domain else { continue };
-                if !self.groups[gid].selects(&b.pod) {
+                if !self.groups[gid].selects(first) {
                     continue;
                 }
                 let g = Arc::make_mut(&mut self.groups[gid]);
                 if let Some(c) = g.counts.get_mut(d) {
-                    *c -= 1;
+                    *c -= n;
                 }
-                g.total -= 1;
+                g.total -= n;
             }
+        }
+        for pod in &entry.anti {
             // The pod's own anti-affinity no longer claims its domain (once per group, however many equal
             // terms it carries).
-            let mut owned: Vec<usize> = b
-                .pod
+            let mut owned: Vec<usize> = pod
                 .topology
                 .iter()
                 .filter(|t| t.kind == TopologyKind::AntiAffinity)
@@ -455,12 +495,13 @@ impl Topology {
             }
         }
         g.domains = Arc::new(domains);
-        // Only bound pods carrying a label the selector requires can count (all of them when it requires
-        // none), taken in the order they were bound.
+        // Only the classes of bound pods carrying a label the selector requires can count (all of them when
+        // it requires none); whether the group selects a class is asked once, of its first pod. What the group
+        // needs of a node (is it still here, its domain, do its taints count) is looked up once per node.
         let anchored: Option<Vec<usize>> = term.selector.anchors().map(|anchors| {
             let mut at: Vec<usize> = anchors
                 .iter()
-                .filter_map(|(k, v)| self.bound_by_label.get(&label_pair(k, v)))
+                .filter_map(|(k, v)| self.classes_by_label.get(&label_pair(k, v)))
                 .flatten()
                 .copied()
                 .collect();
@@ -470,50 +511,33 @@ impl Topology {
             }
             at
         });
-        let bound: Box<dyn Iterator<Item = &Bound>> = match &anchored {
-            Some(at) => Box::new(at.iter().map(|i| &self.bound[*i])),
-            None => Box::new(self.bound.iter()),
+        let classes: Box<dyn Iterator<Item = &BoundClass>> = match &anchored {
+            Some(at) => Box::new(at.iter().map(|c| &self.classes[*c])),
+            None => Box::new(self.classes.iter()),
         };
-        // A node's pods are next to each other in `bound`: what the group needs of the node (is it still
-        // here, its domain, do its taints count) is looked up once per node, not once per pod, and its pods
-        // are counted into the domain at once. Pods next to each other are often of one owner: whether the
-        // group selects a pod is asked again only when its selection class (kept in `bound`, so the pod is
-        // not read) differs from the last one's, and then only when its namespace or labels do.
-        let mut last: Option<(*const NodeView, Option<&String>)> = None;
-        let mut last_pod: Option<(Option<std::num::NonZeroUsize>, &PodInfo, bool)> = None;
+        let mut node_domain: Vec<Option<Option<&String>>> = Vec::new();
         let mut run: Option<(&String, i32)> = None;
-        for b in bound {
-            let view = &self.views[b.node as usize];
-            let node = Arc::as_ptr(view);
-            let domain = match last {
-                Some((n, d)) if n == node => d,
-                _ => {
-                    let d = view
-                        .labels
-                        .get(&term.key)
-                        .filter(|_| !self.removed.contains(&view.name) && g.counts_node(&view.taints, &view.reqs));
-                    last = Some((node, d));
-                    d
-                }
-            };
-            let Some(d) = domain else { continue };
-            let selects = match last_pod {
-                Some((class, _, selects)) if class.is_some() && class == b.class => selects,
-                Some((_, p, selects)) if p.selected_alike(&b.pod) => selects,
-                _ => {
-                    let selects = g.selects(&b.pod);
-                    last_pod = Some((b.class, &b.pod, selects));
-                    selects
-                }
-            };
-            if !selects {
+        for class in classes {
+            if !g.selects(&class.first) {
                 continue;
             }
-            match &mut run {
-                Some((at, n)) if std::ptr::eq(*at, d) => *n += 1,
-                _ => {
-                    if let Some((at, n)) = run.replace((d, 1)) {
-                        g.count_in(at, n);
+            if node_domain.is_empty() {
+                node_domain = vec![None; self.bound.len()];
+            }
+            for &(at, n) in &class.nodes {
+                let d = *node_domain[at as usize].get_or_insert_with(|| {
+                    let view = &self.bound[at as usize].view;
+                    view.labels
+                        .get(&term.key)
+                        .filter(|_| !self.removed.contains(&view.name) && g.counts_node(&view.taints, &view.reqs))
+                });
+                let Some(d) = d else { continue };
+                match &mut run {
+                    Some((at, count)) if std::ptr::eq(*at, d) => *count += n,
+                    _ => {
+                        if let Some((at, count)) = run.replace((d, n)) {
+                            g.count_in(at, count);
+                        }
                     }
                 }
             }
