@@ -192,10 +192,10 @@ pub fn schedule(
         .map(|p| std::sync::Arc::clone(&p.info))
         .collect();
     let nodes = state.nodes.iter().map(|n| n.as_existing()).collect();
-    Scheduler::new(
+    Scheduler::with_bound_on_nodes(
         pool_inputs(state, types_for),
         nodes,
-        state.bound_pods(),
+        &state.bound_on_nodes(),
         &state.daemons,
         scheduler_options(settings),
     )

@@ -230,10 +230,10 @@ fn replacement(inputs: &Inputs<'_>, node: &StateNode) -> Result<Command, String>
         .map(|p| std::sync::Arc::clone(&p.info))
         .collect();
     let nodes = state.nodes.iter().map(|n| n.as_existing()).collect();
-    let sim = crate::scheduling::Scheduler::new(
+    let sim = crate::scheduling::Scheduler::with_bound_on_nodes(
         crate::provisioning::pool_inputs(state, inputs.types_for),
         nodes,
-        state.bound_pods(),
+        &state.bound_on_nodes(),
         &state.daemons,
         crate::provisioning::scheduler_options(inputs.settings),
     )

@@ -16,7 +16,7 @@ use crate::api::{ConditionStatus, condition_types};
 use crate::api::{NodeClaim, NodeClaimSpec, NodeClaimStatus, NodePool, NodeSelectorRequirement, Operator, labels};
 use crate::cloud::{CapacityType, InstanceType};
 use crate::resources::Resources;
-use crate::scheduling::{DaemonPod, ExistingNode, HostPort, PodError, PodInfo, Requirement, Requirements};
+use crate::scheduling::{BoundOnNode, DaemonPod, ExistingNode, HostPort, PodError, PodInfo, Requirement, Requirements};
 
 /// A node (or a launched claim whose node has not registered yet), as the controllers see it.
 #[derive(Debug, Clone)]
@@ -63,6 +63,9 @@ pub struct StateNode {
     pub volume_limits: Vec<crate::scheduling::VolumeRoom>,
     /// Indexes into [`ClusterState::pods`] of the pods bound to it.
     pub pods: Vec<usize>,
+    /// Those of its pods that have not finished, summarised for topology (shared with the state cache,
+    /// which keeps it while none of them changes).
+    pub bound: Arc<BoundOnNode>,
 }
 
 impl StateNode {
@@ -359,7 +362,7 @@ impl PodsSource {
 /// ([`BuiltPods::update`]).
 #[derive(Debug, Default, Clone)]
 struct BuiltPods {
-    pods: Arc<[StatePod]>,
+    pods: Arc<Vec<StatePod>>,
     /// What each pod was read from, in the pods' order: its key in the snapshot's pod map and the object.
     /// Empty when the build read no snapshot.
     sources: Vec<(String, Arc<Pod>)>,
@@ -381,6 +384,34 @@ struct OnNode {
     host_ports: Vec<HostPort>,
     /// Those of `pods` with volumes to attach.
     with_volumes: Vec<usize>,
+    /// `pods` summarised for topology.
+    bound: Arc<BoundOnNode>,
+}
+
+/// The pods of the last build that a build over the pod map written since takes over, taken in ascending
+/// order: moved out when the last build's state is gone (nothing else holds them), so that taking a pod
+/// over does not touch its scheduling view (tens of thousands of them, each on its own cache line); copied
+/// otherwise.
+enum Kept {
+    Owned(std::iter::Enumerate<std::vec::IntoIter<StatePod>>),
+    Shared(Arc<Vec<StatePod>>),
+}
+
+impl Kept {
+    fn new(pods: Arc<Vec<StatePod>>) -> Self {
+        match Arc::try_unwrap(pods) {
+            Ok(pods) => Self::Owned(pods.into_iter().enumerate()),
+            Err(shared) => Self::Shared(shared),
+        }
+    }
+
+    /// The old pod at `at`, above any taken before; `None` past the end.
+    fn take(&mut self, at: usize) -> Option<StatePod> {
+        match self {
+            Self::Owned(pods) => pods.find(|(i, _)| *i == at).map(|(_, p)| p),
+            Self::Shared(pods) => pods.get(at).cloned(),
+        }
+    }
 }
 
 impl BuiltPods {
@@ -443,24 +474,30 @@ impl BuiltPods {
         let mut pods: Vec<StatePod> = Vec::with_capacity(map.len());
         let mut sources: Vec<(String, Arc<Pod>)> = Vec::with_capacity(map.len());
         let mut moved = vec![NO_INDEX; old_pods.len()];
+        let mut kept = Kept::new(old_pods);
         let mut read_afresh: Vec<usize> = Vec::new();
         let mut old_sources = old_sources.into_iter().enumerate();
         for ((key, pod), &o) in map.iter().zip(&origin) {
             let j = pods.len();
-            if o == NO_INDEX {
-                pods.push(read(pod)?);
-                sources.push((key.clone(), Arc::clone(pod)));
-                read_afresh.push(j);
-            } else {
-                let o = o as usize;
-                pods.push(old_pods[o].clone());
-                moved[o] = j as u32;
-                match old_sources.find(|(i, _)| *i == o) {
-                    Some((_, source)) => sources.push(source),
-                    None => sources.push((key.clone(), Arc::clone(pod))),
+            let taken = (o != NO_INDEX).then(|| kept.take(o as usize)).flatten();
+            match taken {
+                Some(taken) => {
+                    let o = o as usize;
+                    pods.push(taken);
+                    moved[o] = j as u32;
+                    match old_sources.find(|(i, _)| *i == o) {
+                        Some((_, source)) => sources.push(source),
+                        None => sources.push((key.clone(), Arc::clone(pod))),
+                    }
+                }
+                None => {
+                    pods.push(read(pod)?);
+                    sources.push((key.clone(), Arc::clone(pod)));
+                    read_afresh.push(j);
                 }
             }
         }
+        drop(kept);
         drop(old_sources);
         // The node names the pods read afresh count on are counted again too.
         let old_at: FxHashMap<&str, usize> =
@@ -523,7 +560,7 @@ impl BuiltPods {
             }
             on_nodes.push(on);
         }
-        Ok(BuiltPods { pods: pods.into(), sources, on_nodes, on_node })
+        Ok(BuiltPods { pods: Arc::new(pods), sources, on_nodes, on_node })
     }
 
     /// Counts the pods on the nodes of `state` (a state of nodes and no pod yet) they are bound to, and
@@ -538,6 +575,7 @@ impl BuiltPods {
                 crate::scheduling::VolumeRoom::attach(&mut node.volume_limits, &self.pods[*i].info.volumes);
             }
             node.pods.extend_from_slice(&on.pods);
+            node.bound = Arc::clone(&on.bound);
         }
         state.pods = Arc::clone(&self.pods);
     }
@@ -589,17 +627,25 @@ impl PodsBuilder {
 
     fn finish(self) -> BuiltPods {
         let Self { pods, sources, on_nodes, on_node, .. } = self;
-        BuiltPods { pods: pods.into(), sources, on_nodes, on_node }
+        BuiltPods { pods: Arc::new(pods), sources, on_nodes, on_node }
     }
 }
 
 impl OnNode {
     fn new(node: String) -> Self {
-        Self { node, pods: Vec::new(), requested: Resources::ZERO, host_ports: Vec::new(), with_volumes: Vec::new() }
+        Self {
+            node,
+            pods: Vec::new(),
+            requested: Resources::ZERO,
+            host_ports: Vec::new(),
+            with_volumes: Vec::new(),
+            bound: Arc::default(),
+        }
     }
 
     /// Counts the pod at index `i` of the build, with scheduling view `info`, on this node.
-    fn count(&mut self, i: usize, info: &PodInfo) {
+    fn count(&mut self, i: usize, info: &Arc<PodInfo>) {
+        Arc::make_mut(&mut self.bound).add(info);
         self.requested.add_assign(&info.requests);
         self.host_ports.extend(info.host_ports.iter().cloned());
         if !info.volumes.is_empty() {
@@ -890,7 +936,7 @@ pub struct ClusterState {
     /// Nodes and launched claims.
     pub nodes: Vec<StateNode>,
     /// Every pod (shared with the next state built over the same pods).
-    pub pods: Arc<[StatePod]>,
+    pub pods: Arc<Vec<StatePod>>,
     /// What each DaemonSet would run on a new node.
     pub daemons: Vec<DaemonPod>,
     /// PodDisruptionBudgets.
@@ -1273,6 +1319,7 @@ impl ClusterState {
                 nominated: false,
                 volume_limits,
                 pods: Vec::new(),
+                bound: Arc::default(),
             });
         }
         // Claims whose node has not registered yet are capacity in flight: launched ones with their
@@ -1326,6 +1373,7 @@ impl ClusterState {
                 nominated: false,
                 volume_limits: Vec::new(),
                 pods: Vec::new(),
+                bound: Arc::default(),
             });
         }
         cache.nodes.end_round();
@@ -1366,15 +1414,12 @@ impl ClusterState {
         self.pods.iter().filter(|p| p.provisionable).chain(self.evicted_pods())
     }
 
-    /// Pods bound to a live node, with the node's name, for topology counts.
-    pub fn bound_pods(&self) -> Vec<(Arc<PodInfo>, &str)> {
-        self.nodes
-            .iter()
-            .filter(|n| !n.deleting)
-            .flat_map(|n| n.pods.iter().map(move |i| (&self.pods[*i], n.name.as_str())))
-            .filter(|(p, _)| !p.terminal)
-            .map(|(p, n)| (p.info.clone(), n))
-            .collect()
+    /// The pods bound to nodes not being deleted, that have not finished, by node and summarised for
+    /// topology: what a scheduler over this state counts ([`Scheduler::with_bound_on_nodes`]).
+    ///
+    /// [`Scheduler::with_bound_on_nodes`]: crate::scheduling::Scheduler::with_bound_on_nodes
+    pub fn bound_on_nodes(&self) -> Vec<(&str, &BoundOnNode)> {
+        self.nodes.iter().filter(|n| !n.deleting && !n.bound.is_empty()).map(|n| (n.name.as_str(), &*n.bound)).collect()
     }
 
     /// The nodes of `pool`.
@@ -1628,12 +1673,15 @@ mod tests {
                 ..Default::default()
             };
             let now = Timestamp::UNIX_EPOCH;
-            let counted = |state: &ClusterState| -> Vec<(String, i64, Vec<usize>, Vec<i32>)> {
+            // Each node: its name, CPU requested, pods, host ports and topology summary.
+            type Counted = (String, i64, Vec<usize>, Vec<i32>, String);
+            let counted = |state: &ClusterState| -> Vec<Counted> {
                 let ports = |n: &StateNode| n.host_ports.iter().map(|p| p.port).collect();
+                let bound = |n: &StateNode| format!("{:?}", n.bound);
                 state
                     .nodes
                     .iter()
-                    .map(|n| (n.name.clone(), n.requested.get(ResourceName::CPU), n.pods.clone(), ports(n)))
+                    .map(|n| (n.name.clone(), n.requested.get(ResourceName::CPU), n.pods.clone(), ports(n), bound(n)))
                     .collect()
             };
             let pods = |state: &ClusterState| -> Vec<(String, Option<String>, bool, bool)> {
@@ -1644,9 +1692,16 @@ mod tests {
                     .collect()
             };
             let mut cache = StateCache::default();
-            let mut last = ClusterState::from_snapshot(&snapshot, now, &mut cache).unwrap();
+            let views = |state: &ClusterState| -> Vec<Arc<PodInfo>> { state.pods.iter().map(|p| Arc::clone(&p.info)).collect() };
+            let mut last = Some(ClusterState::from_snapshot(&snapshot, now, &mut cache).unwrap());
+            let mut last_views = last.as_ref().map(views).unwrap_or_default();
             let read_in_full = cache.pods.len();
-            for batch in batches {
+            for (round, batch) in batches.into_iter().enumerate() {
+                // Every other build runs with the last state gone, so that its pods are moved rather than
+                // copied into the new one.
+                if round % 2 == 1 {
+                    drop(last.take());
+                }
                 let before: BTreeMap<String, Arc<Pod>> = (*snapshot.pods).clone();
                 let map = Arc::make_mut(&mut snapshot.pods);
                 for change in batch {
@@ -1690,11 +1745,12 @@ mod tests {
                 }
                 for p in built.pods.iter() {
                     let unchanged = before.get(&p.info.key).is_some_and(|b| Arc::ptr_eq(b, &snapshot.pods[&p.info.key]));
-                    if unchanged && let Some(q) = last.pods.iter().find(|q| q.info.key == p.info.key) {
-                        proptest::prop_assert!(Arc::ptr_eq(&p.info, &q.info), "{} read again", p.info.key);
+                    if unchanged && let Some(q) = last_views.iter().find(|q| q.key == p.info.key) {
+                        proptest::prop_assert!(Arc::ptr_eq(&p.info, q), "{} read again", p.info.key);
                     }
                 }
-                last = built;
+                last_views = views(&built);
+                last = Some(built);
             }
             drop(last);
         }

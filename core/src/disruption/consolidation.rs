@@ -314,9 +314,9 @@ impl<'a> Simulator<'a> {
             let state = inputs.state;
             let nodes: Vec<ExistingNode> = state.nodes.iter().map(|n| n.as_existing()).collect();
             let pools = provisioning::pool_inputs(state, inputs.types_for);
-            let bound = state.bound_pods();
+            let bound = state.bound_on_nodes();
             let options = provisioning::scheduler_options(inputs.settings);
-            let mut base = Scheduler::new(pools, nodes, bound, &state.daemons, options);
+            let mut base = Scheduler::with_bound_on_nodes(pools, nodes, &bound, &state.daemons, options);
             // Pending pods and the pods of nodes already being deleted land first: the room they will take
             // (often on capacity booting for them) is not room for the candidates' pods. They are placed on
             // a copy of the base, which then gives up that room.

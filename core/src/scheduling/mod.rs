@@ -25,6 +25,7 @@ pub use scheduler::{
     ClaimPlan, ExistingNode, Launch, NodePlacement, Packing, PodGroups, PoolInput, Results, Scheduler,
     SchedulerOptions, StopAt, Stopped, Unschedulable, VolumeRoom, allowed_types, offering_ok, template_requirements,
 };
+pub use topology::BoundOnNode;
 pub use volumes::{VolumeError, VolumePlacement, volume_placement};
 
 #[cfg(test)]

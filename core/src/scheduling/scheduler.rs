@@ -13,7 +13,9 @@ use super::nodes::{Node, Nodes};
 use super::pod::{Constraints, HostPort, PodInfo, Relaxation, TopologyKind};
 use super::requirements::{Requirement, Requirements};
 use super::taints;
-use super::topology::{Domain, DomainFilter, Landed, NodeView, PlacementMemo, PoolDomains, Topology, offer_domain};
+use super::topology::{
+    BoundOnNode, Domain, DomainFilter, Landed, NodeView, PlacementMemo, PoolDomains, Topology, offer_domain,
+};
 use crate::api::{NodePool, labels};
 use crate::cloud::{CapacityType, InstanceType, Offering};
 use crate::resources::{ResourceName, Resources, format_quantity};
@@ -503,6 +505,27 @@ fn node_admits(node: &Node, pod: &PodInfo, cons: &Constraints) -> bool {
         && node.info.reqs.is_compatible(&cons.requirements, false)
 }
 
+/// The views topology shares of the nodes bound pods run on: the existing nodes', and for a node the pass
+/// was not given, one of its name alone.
+struct BoundViews<'a> {
+    known: FxHashMap<&'a str, Arc<NodeView>>,
+    unknown: FxHashMap<String, Arc<NodeView>>,
+}
+
+impl BoundViews<'_> {
+    fn of(&mut self, node: &str) -> Arc<NodeView> {
+        if let Some(view) = self.known.get(node) {
+            return Arc::clone(view);
+        }
+        let view = self.unknown.entry(node.to_owned()).or_insert_with(|| {
+            let labels = Arc::new(BTreeMap::from([(labels::HOSTNAME.to_owned(), node.to_owned())]));
+            let reqs = Arc::new(Requirements::from_labels(&*labels));
+            Arc::new(NodeView { name: node.to_owned(), labels, reqs, taints: Vec::new() })
+        });
+        Arc::clone(view)
+    }
+}
+
 impl Scheduler {
     /// Prepares a pass: pools (tried by weight, heaviest first), existing nodes (tried in order), pods
     /// already bound (for topology counts, with their node's name) and DaemonSet pods (for overhead).
@@ -512,6 +535,43 @@ impl Scheduler {
         bound: impl IntoIterator<Item = (Arc<PodInfo>, &'n str)>,
         daemons: &[DaemonPod],
         options: SchedulerOptions,
+    ) -> Self {
+        Self::build(pools, nodes, daemons, options, |topology, views| {
+            // A node's pods come one after another: registered together, under one look-up of the node.
+            let mut bound = bound.into_iter().peekable();
+            while let Some((pod, node)) = bound.next() {
+                let mut pods = vec![pod];
+                while let Some((pod, _)) = bound.next_if(|(_, next)| *next == node) {
+                    pods.push(pod);
+                }
+                topology.add_bound_on(&views.of(node), pods);
+            }
+        })
+    }
+
+    /// As [`Scheduler::new`], the bound pods given by node and summarised by class ([`BoundOnNode`], as a
+    /// cluster state keeps them): each class of a node is registered once, not each pod.
+    pub fn with_bound_on_nodes(
+        pools: Vec<PoolInput>,
+        nodes: Vec<ExistingNode>,
+        bound: &[(&str, &BoundOnNode)],
+        daemons: &[DaemonPod],
+        options: SchedulerOptions,
+    ) -> Self {
+        Self::build(pools, nodes, daemons, options, |topology, views| {
+            for (node, on_node) in bound {
+                topology.add_bound_classes(&views.of(node), on_node);
+            }
+        })
+    }
+
+    /// The pass over `pools` and `nodes`, with the bound pods `add_bound` registers in its topology.
+    fn build(
+        pools: Vec<PoolInput>,
+        nodes: Vec<ExistingNode>,
+        daemons: &[DaemonPod],
+        options: SchedulerOptions,
+        add_bound: impl FnOnce(&mut Topology, &mut BoundViews<'_>),
     ) -> Self {
         let mut universe = PoolDomains::new();
         let mut built = Vec::new();
@@ -563,27 +623,13 @@ impl Scheduler {
             || nodes.iter().any(|n| n.info.taints.iter().any(|t| t.effect == "PreferNoSchedule"));
         // Topology shares each node's view with the scheduler: for all of its pods and every group.
         let existing: Vec<Arc<NodeView>> = nodes.iter().map(|n| Arc::clone(&n.info)).collect();
-        let bound_nodes: FxHashMap<&str, Arc<NodeView>> =
-            existing.iter().map(|n| (n.name.as_str(), Arc::clone(n))).collect();
         let mut topology = Topology::new(universe, existing.clone());
-        let mut unknown: FxHashMap<String, Arc<NodeView>> = FxHashMap::default();
-        // A node's pods come one after another: registered together, under one look-up of the node.
-        let mut bound = bound.into_iter().peekable();
-        while let Some((pod, node)) = bound.next() {
-            let mut pods = vec![pod];
-            while let Some((pod, _)) = bound.next_if(|(_, next)| *next == node) {
-                pods.push(pod);
-            }
-            let shared = match bound_nodes.get(node) {
-                Some(view) => view,
-                None => unknown.entry(node.to_owned()).or_insert_with(|| {
-                    let labels = Arc::new(BTreeMap::from([(labels::HOSTNAME.to_owned(), node.to_owned())]));
-                    let reqs = Arc::new(Requirements::from_labels(&*labels));
-                    Arc::new(NodeView { name: node.to_owned(), labels, reqs, taints: Vec::new() })
-                }),
-            };
-            topology.add_bound_on(shared, pods);
-        }
+        let mut views = BoundViews {
+            known: existing.iter().map(|n| (n.name.as_str(), Arc::clone(n))).collect(),
+            unknown: FxHashMap::default(),
+        };
+        add_bound(&mut topology, &mut views);
+        drop(views);
         Self {
             pools: built,
             nodes: Nodes::new(nodes),

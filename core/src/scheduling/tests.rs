@@ -193,6 +193,39 @@ fn anti_affinity_of_running_pods_keeps_matching_pods_away() {
     assert!(!r.claims[0].requirements.get(labels::ZONE).unwrap().has("zone-a"));
 }
 
+/// A running pod that its own anti-affinity selects counts for that term: another pod carrying the same
+/// term stays out of its domain, whether the scheduler reads the node's pods one by one or by class.
+#[test]
+fn a_running_pod_counts_for_its_own_anti_affinity_term() {
+    let anti = json!({"affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLabels": {"app": "x"}}}]}}});
+    let guard: Arc<PodInfo> = Arc::new(pod_with("guard", "1", anti.clone(), json!({"app": "x"})));
+    // Another app that must not share a host with app x either.
+    let other = pod_with("other", "1", anti, json!({"app": "z"}));
+    let mut on_node = BoundOnNode::default();
+    on_node.add(&guard);
+    let each = Scheduler::new(
+        vec![],
+        vec![zone_node("n-a", "zone-a")],
+        vec![(guard, "n-a")],
+        &[],
+        SchedulerOptions::default(),
+    )
+    .solve(vec![other.clone()]);
+    let by_node = Scheduler::with_bound_on_nodes(
+        vec![],
+        vec![zone_node("n-a", "zone-a")],
+        &[("n-a", &on_node)],
+        &[],
+        SchedulerOptions::default(),
+    )
+    .solve(vec![other]);
+    for r in [each, by_node] {
+        assert!(r.existing.is_empty(), "n-a runs an app x pod: {:?}", r.existing);
+        assert_eq!(r.unschedulable.len(), 1);
+    }
+}
+
 #[test]
 fn node_pool_limits_are_enforced() {
     let limited = pool_from(json!({"spec": {"limits": {"cpu": "4"}}}));

@@ -158,6 +158,41 @@ struct BoundClass {
     nodes: Vec<(u32, i32)>,
 }
 
+/// The pods bound to one node as topology counts them: one entry per selection class (its first pod, and
+/// how many of the node's pods it has) and the pods with an anti-affinity term. A cluster state keeps one
+/// per node, built as its pods are read, so that a scheduler over the state
+/// ([`Scheduler::with_bound_on_nodes`](super::Scheduler::with_bound_on_nodes)) registers each class of a
+/// node once rather than each pod.
+#[derive(Debug, Clone, Default)]
+pub struct BoundOnNode {
+    classes: Vec<(Arc<PodInfo>, i32)>,
+    anti: Vec<Arc<PodInfo>>,
+}
+
+impl BoundOnNode {
+    /// Adds a pod bound to the node.
+    pub fn add(&mut self, pod: &Arc<PodInfo>) {
+        if pod.topology.iter().any(|t| t.kind == TopologyKind::AntiAffinity) {
+            self.anti.push(Arc::clone(pod));
+        }
+        // Pods given classes by one reader are alike exactly when their classes are the same; a pod without
+        // one is compared.
+        let alike = |first: &PodInfo| match (first.class_id(), pod.class_id()) {
+            (Some(a), Some(b)) => a == b,
+            _ => first.selected_alike(pod),
+        };
+        match self.classes.iter_mut().find(|(first, _)| alike(first)) {
+            Some((_, n)) => *n += 1,
+            None => self.classes.push((Arc::clone(pod), 1)),
+        }
+    }
+
+    /// Whether it holds no pod.
+    pub fn is_empty(&self) -> bool {
+        self.classes.is_empty()
+    }
+}
+
 /// Where a pod lands, for recording: a named domain, or the hostname of a claim opened in this pass.
 #[derive(Debug, Clone)]
 pub(crate) enum Landed {
@@ -324,49 +359,75 @@ impl Topology {
 
     /// Registers pods already running on `node`, in order.
     pub(crate) fn add_bound_on(&mut self, node: &Arc<NodeView>, pods: impl IntoIterator<Item = Arc<PodInfo>>) {
-        let at = match self.bound_by_node.get(node.name.as_str()) {
-            Some(at) => *at,
-            None => {
-                let at = self.bound.len() as u32;
-                let entry = BoundNode { view: Arc::clone(node), classes: Vec::new(), anti: Vec::new() };
-                Arc::make_mut(&mut self.bound).push(entry);
-                Arc::make_mut(&mut self.bound_by_node).insert(node.name.clone(), at);
-                at
-            }
-        };
+        let at = self.bound_node(node);
         for pod in pods {
-            for &gid in self.selectors.candidates(&pod).iter() {
-                let g = Arc::make_mut(&mut self.groups[gid]);
-                if let Some(d) = node.labels.get(&g.term.key)
-                    && g.selects(&pod)
-                    && g.counts_node(&node.taints, &node.reqs)
-                {
-                    g.count_in(d, 1);
-                }
+            self.own_domain(at, node, &pod);
+            self.count_bound(at, node, &pod, 1);
+        }
+    }
+
+    /// Registers the pods already running on `node`, summarised by class ([`BoundOnNode`]): what
+    /// [`Topology::add_bound_on`] makes of them, without reading each pod.
+    pub(crate) fn add_bound_classes(&mut self, node: &Arc<NodeView>, bound: &BoundOnNode) {
+        let at = self.bound_node(node);
+        for pod in &bound.anti {
+            self.own_domain(at, node, pod);
+        }
+        for (pod, n) in &bound.classes {
+            self.count_bound(at, node, pod, *n);
+        }
+    }
+
+    /// The index of `node` in `bound`, added if new.
+    fn bound_node(&mut self, node: &Arc<NodeView>) -> u32 {
+        if let Some(at) = self.bound_by_node.get(node.name.as_str()) {
+            return *at;
+        }
+        let at = self.bound.len() as u32;
+        let entry = BoundNode { view: Arc::clone(node), classes: Vec::new(), anti: Vec::new() };
+        Arc::make_mut(&mut self.bound).push(entry);
+        Arc::make_mut(&mut self.bound_by_node).insert(node.name.clone(), at);
+        at
+    }
+
+    /// A bound pod's own anti-affinity keeps the pods its terms select out of its domain (its groups are
+    /// created now if new, counted over the pods bound so far).
+    fn own_domain(&mut self, at: u32, node: &NodeView, pod: &Arc<PodInfo>) {
+        let mut anti = false;
+        for t in pod.topology.iter().filter(|t| t.kind == TopologyKind::AntiAffinity) {
+            anti = true;
+            let gid = self.group(t);
+            if let Some(d) = node.labels.get(&t.key) {
+                bump(&mut Arc::make_mut(&mut self.groups[gid]).owners, d, 1);
             }
-            // The pod's own anti-affinity keeps matching pods out of its domain.
-            let mut anti = false;
-            for t in pod.topology.iter().filter(|t| t.kind == TopologyKind::AntiAffinity) {
-                anti = true;
-                let gid = self.group(t);
-                if let Some(d) = node.labels.get(&t.key) {
-                    bump(&mut Arc::make_mut(&mut self.groups[gid]).owners, d, 1);
-                }
+        }
+        if anti {
+            Arc::make_mut(&mut self.bound)[at as usize].anti.push(Arc::clone(pod));
+        }
+    }
+
+    /// Counts `n` pods bound to the node at `at`, selected alike to `pod`, into the groups that select
+    /// them, and files them under their class.
+    fn count_bound(&mut self, at: u32, node: &NodeView, pod: &Arc<PodInfo>, n: i32) {
+        for &gid in self.selectors.candidates(pod).iter() {
+            let g = Arc::make_mut(&mut self.groups[gid]);
+            if let Some(d) = node.labels.get(&g.term.key)
+                && g.selects(pod)
+                && g.counts_node(&node.taints, &node.reqs)
+            {
+                g.count_in(d, n);
             }
-            let class = self.class_of(&pod);
-            let entry = &mut Arc::make_mut(&mut self.bound)[at as usize];
-            match entry.classes.iter_mut().find(|(c, _)| *c == class) {
-                Some((_, n)) => *n += 1,
-                None => entry.classes.push((class, 1)),
-            }
-            if anti {
-                entry.anti.push(Arc::clone(&pod));
-            }
-            let nodes = &mut Arc::make_mut(&mut self.classes)[class as usize].nodes;
-            match nodes.last_mut() {
-                Some((n, count)) if *n == at => *count += 1,
-                _ => nodes.push((at, 1)),
-            }
+        }
+        let class = self.class_of(pod);
+        let entry = &mut Arc::make_mut(&mut self.bound)[at as usize];
+        match entry.classes.iter_mut().find(|(c, _)| *c == class) {
+            Some((_, count)) => *count += n,
+            None => entry.classes.push((class, n)),
+        }
+        let nodes = &mut Arc::make_mut(&mut self.classes)[class as usize].nodes;
+        match nodes.last_mut() {
+            Some((node, count)) if *node == at => *count += n,
+            _ => nodes.push((at, n)),
         }
     }
 

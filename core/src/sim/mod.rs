@@ -475,7 +475,8 @@ impl Sim {
             self.unschedulable_digest = Some(digest);
             return;
         }
-        let results = Scheduler::new(Vec::new(), nodes, state.bound_pods(), &[], SchedulerOptions::default())
+        let bound = state.bound_on_nodes();
+        let results = Scheduler::with_bound_on_nodes(Vec::new(), nodes, &bound, &[], SchedulerOptions::default())
             .solve_shared(pending);
         let bound_any = results.existing.iter().any(|p| !p.pods.is_empty());
         self.unschedulable_digest = (!bound_any).then_some(digest);
