@@ -236,20 +236,6 @@ impl Snapshot {
         self.pods.values().filter(move |p| pod_node(p) == Some(node))
     }
 
-    /// Calls `f` with the key and node of every running pod that moves with its node: bound, not finished,
-    /// not a DaemonSet's. What the pod-events controller watches.
-    pub fn for_each_binding(&self, mut f: impl FnMut(&str, &str)) {
-        // The map is keyed by `namespace/name`, the key `pod_key` would build.
-        for (key, pod) in self.pods.iter() {
-            if let Some(node) = pod_node(pod)
-                && !pod_finished(pod)
-                && !owned_by_daemon_set(pod)
-            {
-                f(key, node);
-            }
-        }
-    }
-
     /// Names of the VolumeAttachments still bound to a node.
     pub fn volume_attachments(&self, node: &str) -> Vec<String> {
         self.volume_attachments.iter().filter(|(_, a)| a.node == node).map(|(v, _)| v.clone()).collect()

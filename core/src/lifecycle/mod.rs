@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 
 use crate::api::{ConditionStatus, NodeClaim, NodeClaimStatus, NodePool, condition_types, labels};
@@ -110,41 +110,71 @@ pub enum LifecycleError {
 /// is written again on the next pass.
 #[derive(Debug, Default)]
 pub struct PodEvents {
-    /// Each bound pod's node, and the pass that last saw the binding (looked up for every pod, every pass).
-    bound: rustc_hash::FxHashMap<String, (String, u64)>,
+    /// The pods of the last pass, in key order: a pod object that is still listed is the same binding.
+    last: Vec<(String, Arc<Pod>)>,
     /// Nodes whose claim's stamp did not land, to stamp again.
     unstamped: BTreeSet<String>,
-    pass: u64,
+}
+
+/// The node a pod's binding ties it to, if it counts as one: bound, not finished, not a DaemonSet's.
+fn binding(pod: &Pod) -> Option<&str> {
+    crate::cluster::pod_node(pod)
+        .filter(|_| !crate::cluster::pod_finished(pod) && !crate::cluster::owned_by_daemon_set(pod))
 }
 
 impl PodEvents {
     /// Compares the pods' bindings in `snapshot` with the last call and stamps the claims of the nodes
-    /// that changed. Nothing is allocated for a binding that did not change.
+    /// that changed. The pod map is walked beside the last one in key order: a pod that is the very object
+    /// it was is not read at all, so a pass over an unchanged fleet compares pointers only.
     pub async fn observe(&mut self, cluster: &dyn Cluster, snapshot: &Snapshot, now: Timestamp) {
-        self.pass += 1;
-        let pass = self.pass;
         let mut touched: BTreeSet<String> = std::mem::take(&mut self.unstamped);
-        let bound = &mut self.bound;
-        snapshot.for_each_binding(|pod, node| match bound.get_mut(pod) {
-            Some((old, seen)) if old == node => *seen = pass,
-            Some((old, seen)) => {
-                touched.insert(std::mem::replace(old, node.to_owned()));
+        let mut touch = |node: Option<&str>| {
+            if let Some(node) = node {
                 touched.insert(node.to_owned());
-                *seen = pass;
             }
-            None => {
-                touched.insert(node.to_owned());
-                bound.insert(pod.to_owned(), (node.to_owned(), pass));
+        };
+        let mut last: Vec<(String, Arc<Pod>)> = Vec::with_capacity(snapshot.pods.len());
+        let mut old = std::mem::take(&mut self.last).into_iter().peekable();
+        for (key, pod) in snapshot.pods.iter() {
+            let kept = loop {
+                let Some((old_key, old_pod)) = old.peek() else { break None };
+                if Arc::ptr_eq(old_pod, pod) {
+                    break old.next();
+                }
+                match old_key.as_str().cmp(key.as_str()) {
+                    // Listed before this key and no longer: its binding is gone.
+                    std::cmp::Ordering::Less => {
+                        if let Some((_, gone)) = old.next() {
+                            touch(binding(&gone));
+                        }
+                    }
+                    // The object changed: its binding may have.
+                    std::cmp::Ordering::Equal => {
+                        if let Some((old_key, was)) = old.next() {
+                            let (before, after) = (binding(&was), binding(pod));
+                            if before != after {
+                                touch(before);
+                                touch(after);
+                            }
+                            break Some((old_key, Arc::clone(pod)));
+                        }
+                    }
+                    std::cmp::Ordering::Greater => break None,
+                }
+            };
+            match kept {
+                Some(entry) => last.push(entry),
+                None => {
+                    // A new pod.
+                    touch(binding(pod));
+                    last.push((key.clone(), Arc::clone(pod)));
+                }
             }
-        });
-        // Bindings not seen this pass are gone (the pod was deleted, evicted or finished).
-        self.bound.retain(|_, (node, seen)| {
-            let kept = *seen == pass;
-            if !kept {
-                touched.insert(std::mem::take(node));
-            }
-            kept
-        });
+        }
+        for (_, gone) in old {
+            touch(binding(&gone));
+        }
+        self.last = last;
         if touched.is_empty() {
             return;
         }

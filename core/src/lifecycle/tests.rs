@@ -889,6 +889,20 @@ async fn pod_events_among_pods_that_stay_touch_only_the_nodes_that_changed() {
     let last = w.clock.now();
     events.observe(&w.api, &w.api.snapshot(), last).await;
     assert_eq!(stamps(&w), [Some(first), Some(then), Some(then), Some(last)]);
+    // A pod written over on the node it was on is no event; one that finishes leaves its node.
+    w.api.lock().update_pod("default/b", |pod| {
+        pod.metadata.labels.get_or_insert_with(Default::default).insert("touched".into(), "yes".into());
+    });
+    w.clock.advance(Duration::from_secs(60));
+    events.observe(&w.api, &w.api.snapshot(), w.clock.now()).await;
+    assert_eq!(stamps(&w), [Some(first), Some(then), Some(then), Some(last)]);
+    w.api.lock().update_pod("default/h", |pod| {
+        pod.status = serde_json::from_value(json!({"phase": "Succeeded"})).ok();
+    });
+    w.clock.advance(Duration::from_secs(60));
+    let finished = w.clock.now();
+    events.observe(&w.api, &w.api.snapshot(), finished).await;
+    assert_eq!(stamps(&w), [Some(finished), Some(then), Some(then), Some(last)]);
 }
 
 /// An owner-less node is deleted only when the providers say its instance is gone: a throttled or refused
