@@ -217,8 +217,10 @@ pub struct Unschedulable {
 /// the pod without hashing its terms again.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PodGroups {
-    terms: Vec<usize>,
-    selecting: Vec<usize>,
+    /// Shared by the pods whose terms are equal.
+    terms: Arc<[usize]>,
+    /// Shared by the pods selected alike.
+    selecting: Arc<[usize]>,
     /// How many groups the scheduler had when these were read: a group added since could select the pod.
     known: usize,
 }
@@ -505,6 +507,22 @@ fn node_admits(node: &Node, pod: &PodInfo, cons: &Constraints) -> bool {
         && node.info.reqs.is_compatible(&cons.requirements, false)
 }
 
+/// A pod [`Scheduler::register`] worked groups out for, and those groups, shared with the pods alike.
+type Shared<'p> = (&'p PodInfo, Arc<[usize]>);
+
+/// Whether two pods carry equal topology terms, in order. A term found equal to the other's takes its
+/// equality token, so that the next comparison of the two is a pointer comparison.
+fn same_terms(a: &PodInfo, b: &PodInfo) -> bool {
+    let (mut x, mut y) = (a.all_terms(), b.all_terms());
+    loop {
+        match (x.next(), y.next()) {
+            (None, None) => return true,
+            (Some(s), Some(t)) if s == t => t.found_equal_to(s),
+            _ => return false,
+        }
+    }
+}
+
 /// The views topology shares of the nodes bound pods run on: the existing nodes', and for a node the pass
 /// was not given, one of its name alone.
 struct BoundViews<'a> {
@@ -650,34 +668,42 @@ impl Scheduler {
     /// [`Scheduler::solve_registered`] takes instead of looking every term up again.
     pub fn register<'p>(&mut self, pods: impl IntoIterator<Item = &'p PodInfo>) -> Vec<PodGroups> {
         let pods: Vec<&PodInfo> = pods.into_iter().collect();
-        let terms: Vec<Vec<usize>> = pods.iter().map(|p| self.term_groups(p)).collect();
+        // An owner's replicas carry equal terms and are selected alike: each is worked out once for the pods
+        // sharing it, found by the pod's selection class (or, without one, a hash of its namespace and labels).
+        let key = |p: &PodInfo| p.class_id().map_or_else(|| p.selection_hash(), |c| c.get() as u64);
+        let mut by_terms: FxHashMap<u64, Vec<Shared<'_>>> = FxHashMap::default();
+        let terms: Vec<Arc<[usize]>> = pods
+            .iter()
+            .map(|p| {
+                let same = by_terms.entry(key(p)).or_default();
+                if let Some((_, groups)) = same.iter().find(|(q, _)| same_terms(q, p)) {
+                    return Arc::clone(groups);
+                }
+                let groups: Arc<[usize]> = p.all_terms().map(|t| self.topology.group(t)).collect();
+                same.push((p, Arc::clone(&groups)));
+                groups
+            })
+            .collect();
         // Selection is read once every group is known: a group registered for a later pod may select an
         // earlier one.
         let known = self.topology.len();
-        // The groups selecting a pod follow from its namespace and labels alone: worked out once for the
-        // pods sharing them (the replicas of one owner), found by a hash of them.
-        let mut selecting: FxHashMap<u64, Vec<(&PodInfo, Vec<usize>)>> = FxHashMap::default();
+        let mut selecting: FxHashMap<u64, Vec<Shared<'_>>> = FxHashMap::default();
         terms
             .into_iter()
             .zip(&pods)
             .map(|(terms, p)| {
-                let same = selecting.entry(p.selection_hash()).or_default();
+                let same = selecting.entry(key(p)).or_default();
                 let groups = match same.iter().find(|(q, _)| q.selected_alike(p)) {
-                    Some((_, groups)) => groups.clone(),
+                    Some((_, groups)) => Arc::clone(groups),
                     None => {
-                        let groups = self.topology.selecting(p);
-                        same.push((p, groups.clone()));
+                        let groups: Arc<[usize]> = self.topology.selecting(p).into();
+                        same.push((p, Arc::clone(&groups)));
                         groups
                     }
                 };
                 PodGroups { terms, selecting: groups, known }
             })
             .collect()
-    }
-
-    /// The group of each of `pod`'s topology terms, in [`PodInfo::all_terms`] order, registered now if new.
-    fn term_groups(&mut self, pod: &PodInfo) -> Vec<usize> {
-        pod.all_terms().map(|t| self.topology.group(t)).collect()
     }
 
     /// A copy of this scheduler in which the named nodes are gone: they take no pods, and the pods bound
@@ -937,8 +963,8 @@ impl Scheduler {
                 looked_up.iter().collect()
             }
         };
-        let term_groups: Vec<&[usize]> = groups.iter().map(|g| g.terms.as_slice()).collect();
-        let selecting: Vec<&[usize]> = groups.iter().map(|g| g.selecting.as_slice()).collect();
+        let term_groups: Vec<&[usize]> = groups.iter().map(|g| &*g.terms).collect();
+        let selecting: Vec<&[usize]> = groups.iter().map(|g| &*g.selecting).collect();
         // How many of the pass's pods each group concerns (carried or selecting).
         let mut weight = vec![0usize; self.topology.len()];
         for (carried, sel) in term_groups.iter().zip(&selecting) {
