@@ -690,6 +690,13 @@ impl PodInfo {
         self.label_cache.class.get().and_then(|t| std::num::NonZeroUsize::new(Arc::as_ptr(t) as usize))
     }
 
+    /// A key to find the pods selected alike to this one by: its class token when it has one
+    /// ([`PodInfo::class_id`]), its [`PodInfo::selection_hash`] otherwise. Pods under one key may still
+    /// differ (a token and a hash may collide), so a lookup by it checks [`PodInfo::selected_alike`].
+    pub(crate) fn selection_key(&self) -> u64 {
+        self.class_id().map_or_else(|| self.selection_hash(), |c| c.get() as u64)
+    }
+
     /// A hash of the pod's namespace and labels: equal for pods [selected alike](PodInfo::selected_alike).
     pub(crate) fn selection_hash(&self) -> u64 {
         use std::hash::BuildHasher;

@@ -669,13 +669,12 @@ impl Scheduler {
     pub fn register<'p>(&mut self, pods: impl IntoIterator<Item = &'p PodInfo>) -> Vec<PodGroups> {
         let pods: Vec<&PodInfo> = pods.into_iter().collect();
         // An owner's replicas carry equal terms and are selected alike: each is worked out once for the pods
-        // sharing it, found by the pod's selection class (or, without one, a hash of its namespace and labels).
-        let key = |p: &PodInfo| p.class_id().map_or_else(|| p.selection_hash(), |c| c.get() as u64);
+        // sharing it, found by their selection key ([`PodInfo::selection_key`]).
         let mut by_terms: FxHashMap<u64, Vec<Shared<'_>>> = FxHashMap::default();
         let terms: Vec<Arc<[usize]>> = pods
             .iter()
             .map(|p| {
-                let same = by_terms.entry(key(p)).or_default();
+                let same = by_terms.entry(p.selection_key()).or_default();
                 if let Some((_, groups)) = same.iter().find(|(q, _)| same_terms(q, p)) {
                     return Arc::clone(groups);
                 }
@@ -692,7 +691,7 @@ impl Scheduler {
             .into_iter()
             .zip(&pods)
             .map(|(terms, p)| {
-                let same = selecting.entry(key(p)).or_default();
+                let same = selecting.entry(p.selection_key()).or_default();
                 let groups = match same.iter().find(|(q, _)| q.selected_alike(p)) {
                     Some((_, groups)) => Arc::clone(groups),
                     None => {

@@ -433,7 +433,7 @@ impl Topology {
 
     /// The class of bound pods `pod` joins (by index into `classes`), new if none is selected alike.
     fn class_of(&mut self, pod: &Arc<PodInfo>) -> u32 {
-        let key = pod.class_id().map_or_else(|| pod.selection_hash(), |c| c.get() as u64);
+        let key = pod.selection_key();
         if let Some(list) = self.class_at.get(&key)
             && let Some(c) = list.iter().find(|c| self.classes[**c as usize].first.selected_alike(pod))
         {
