@@ -149,6 +149,36 @@ struct BoundNode {
     anti: Vec<Arc<PodInfo>>,
 }
 
+/// One topology key's domains over a topology's nodes, looked up once per key and shared by every group of
+/// the key (and by the clones of the topology): a new group reads a node's domain by index instead of
+/// searching its labels.
+#[derive(Debug, Clone, Default)]
+struct KeyDomains {
+    /// The domains, by id.
+    names: Vec<String>,
+    /// The id of each domain name.
+    ids: FxHashMap<String, u32>,
+    /// The ids of the existing nodes' domains, each once, in the order first met (none for the hostname
+    /// key, whose groups know no domains up front).
+    existing: Vec<u32>,
+    /// Each existing node's domain id, in [`Topology`]'s `existing` order (empty for the hostname key).
+    by_existing: Vec<Option<u32>>,
+    /// Each bound node's domain id, in [`Topology`]'s `bound` order; extended as nodes join `bound`.
+    by_bound: Vec<Option<u32>>,
+}
+
+impl KeyDomains {
+    fn id(&mut self, domain: &str) -> u32 {
+        if let Some(&id) = self.ids.get(domain) {
+            return id;
+        }
+        let id = self.names.len() as u32;
+        self.names.push(domain.to_owned());
+        self.ids.insert(domain.to_owned(), id);
+        id
+    }
+}
+
 /// Bound pods selected alike (one namespace, the same labels): whether a group selects them is asked once,
 /// of the first, and they are counted by node.
 #[derive(Debug, Clone)]
@@ -319,6 +349,10 @@ pub(crate) struct Topology {
     classes_by_label: Arc<LabelIndex>,
     /// Nodes removed from this simulation: their pods no longer count.
     removed: FxHashSet<String>,
+    /// The indexes into `bound` of the removed nodes.
+    removed_bound: FxHashSet<u32>,
+    /// Each topology key's domains over the nodes, on first need (shared by clones).
+    key_domains: Arc<FxHashMap<String, Arc<KeyDomains>>>,
 }
 
 /// What the checks of one placement ([`Topology::fits_node`], [`Topology::check`],
@@ -455,6 +489,7 @@ impl Topology {
             return;
         }
         let Some(&at) = self.bound_by_node.get(node) else { return };
+        self.removed_bound.insert(at);
         let bound = Arc::clone(&self.bound);
         let classes = Arc::clone(&self.classes);
         let entry = &bound[at as usize];
@@ -509,6 +544,39 @@ impl Topology {
         }
     }
 
+    /// The domains of `key` over the existing and bound nodes, looked up on first need and extended to
+    /// nodes bound since.
+    fn key_domains(&mut self, key: &str) -> Arc<KeyDomains> {
+        if let Some(kd) = self.key_domains.get(key)
+            && kd.by_bound.len() == self.bound.len()
+        {
+            return Arc::clone(kd);
+        }
+        let map = Arc::make_mut(&mut self.key_domains);
+        let kd = map.entry(key.to_owned()).or_insert_with(|| {
+            let mut kd = KeyDomains::default();
+            if key != labels::HOSTNAME {
+                for n in self.existing.iter() {
+                    let id = n.labels.get(key).map(|d| kd.id(d));
+                    if let Some(id) = id
+                        && id as usize == kd.existing.len()
+                    {
+                        // A new id is the next one: existing nodes are read first.
+                        kd.existing.push(id);
+                    }
+                    kd.by_existing.push(id);
+                }
+            }
+            Arc::new(kd)
+        });
+        let kd_mut = Arc::make_mut(kd);
+        for b in &self.bound[kd_mut.by_bound.len()..] {
+            let id = b.view.labels.get(key).map(|d| kd_mut.id(d));
+            kd_mut.by_bound.push(id);
+        }
+        Arc::clone(kd)
+    }
+
     /// The group of a term, created (and counted over bound pods) on first use.
     pub(crate) fn group(&mut self, term: &TopologyTerm) -> usize {
         if let Some((known, &i)) = self.index.get_key_value(term) {
@@ -535,6 +603,9 @@ impl Topology {
         // pools whose taints it does not tolerate) and those of the existing nodes it counts.
         let key = term.key.as_str();
         let spread = term.kind == TopologyKind::Spread;
+        // Whether some node's pods might not count for the group ([`Group::counts_node`]).
+        let filtered = g.tolerations.is_some() || term.node_filter.is_some();
+        let kd = self.key_domains(key);
         let mut domains = BTreeSet::new();
         if key != labels::HOSTNAME {
             for (d, taint_sets) in self.universe.get(key).into_iter().flatten() {
@@ -546,19 +617,27 @@ impl Topology {
                     domains.insert(d.clone());
                 }
             }
-            for n in self.existing.iter() {
-                if let Some(d) = n.labels.get(key)
-                    && !domains.contains(d)
-                    && (!spread || g.counts_node(&n.taints, &n.reqs))
-                {
-                    domains.insert(d.clone());
+            if spread && filtered {
+                for (n, id) in self.existing.iter().zip(&kd.by_existing) {
+                    if let Some(id) = *id
+                        && !domains.contains(&kd.names[id as usize])
+                        && g.counts_node(&n.taints, &n.reqs)
+                    {
+                        domains.insert(kd.names[id as usize].clone());
+                    }
+                }
+            } else {
+                for &id in &kd.existing {
+                    if !domains.contains(&kd.names[id as usize]) {
+                        domains.insert(kd.names[id as usize].clone());
+                    }
                 }
             }
         }
         g.domains = Arc::new(domains);
         // Only the classes of bound pods carrying a label the selector requires can count (all of them when
-        // it requires none); whether the group selects a class is asked once, of its first pod. What the group
-        // needs of a node (is it still here, its domain, do its taints count) is looked up once per node.
+        // it requires none); whether the group selects a class is asked once, of its first pod. Counts are
+        // summed per domain and entered in the order their domains are first met.
         let anchored: Option<Vec<usize>> = term.selector.anchors().map(|anchors| {
             let mut at: Vec<usize> = anchors
                 .iter()
@@ -576,35 +655,46 @@ impl Topology {
             Some(at) => Box::new(at.iter().map(|c| &self.classes[*c])),
             None => Box::new(self.classes.iter()),
         };
-        let mut node_domain: Vec<Option<Option<&String>>> = Vec::new();
-        let mut run: Option<(&String, i32)> = None;
+        // Whether each bound node's pods count for a filtered group, once per node: unknown, yes, no.
+        let mut node_counts: Vec<u8> = Vec::new();
+        let mut sums: Vec<Option<i32>> = Vec::new();
+        let mut met: Vec<u32> = Vec::new();
         for class in classes {
             if !g.selects(&class.first) {
                 continue;
             }
-            if node_domain.is_empty() {
-                node_domain = vec![None; self.bound.len()];
+            if sums.is_empty() {
+                sums = vec![None; kd.names.len()];
+                if filtered {
+                    node_counts = vec![0; self.bound.len()];
+                }
             }
             for &(at, n) in &class.nodes {
-                let d = *node_domain[at as usize].get_or_insert_with(|| {
-                    let view = &self.bound[at as usize].view;
-                    view.labels
-                        .get(&term.key)
-                        .filter(|_| !self.removed.contains(&view.name) && g.counts_node(&view.taints, &view.reqs))
-                });
-                let Some(d) = d else { continue };
-                match &mut run {
-                    Some((at, count)) if std::ptr::eq(*at, d) => *count += n,
-                    _ => {
-                        if let Some((at, count)) = run.replace((d, n)) {
-                            g.count_in(at, count);
-                        }
+                let Some(id) = kd.by_bound[at as usize] else { continue };
+                if !self.removed_bound.is_empty() && self.removed_bound.contains(&at) {
+                    continue;
+                }
+                if filtered {
+                    let known = &mut node_counts[at as usize];
+                    if *known == 0 {
+                        let view = &self.bound[at as usize].view;
+                        *known = if g.counts_node(&view.taints, &view.reqs) { 1 } else { 2 };
+                    }
+                    if *known == 2 {
+                        continue;
+                    }
+                }
+                match &mut sums[id as usize] {
+                    Some(sum) => *sum += n,
+                    sum => {
+                        met.push(id);
+                        *sum = Some(n);
                     }
                 }
             }
         }
-        if let Some((at, n)) = run {
-            g.count_in(at, n);
+        for id in met {
+            g.count_in(&kd.names[id as usize], sums[id as usize].unwrap_or(0));
         }
         let gid = self.groups.len();
         self.groups.push(Arc::new(g));
