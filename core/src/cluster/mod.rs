@@ -431,6 +431,41 @@ impl NodesByProviderId {
     }
 }
 
+/// The pods bound to the nodes of a snapshot's deleting claims (and to any node asked about), by node,
+/// worked out once per version of its pod map ([`unchanged_since`]): termination asks for the pods of every
+/// draining node in turn, and each answer would otherwise scan every pod.
+#[derive(Debug, Default)]
+pub(crate) struct PodsByNode {
+    source: std::sync::Weak<BTreeMap<String, Arc<Pod>>>,
+    /// The pods' keys, in the map's order, of each node indexed (every one, with pods or not).
+    keys: rustc_hash::FxHashMap<String, Vec<String>>,
+}
+
+impl PodsByNode {
+    /// The pods of `snapshot` bound to `node`, as [`Snapshot::pods_on_node`] lists them.
+    pub(crate) fn pods_on<'s>(&mut self, snapshot: &'s Snapshot, node: &str) -> Vec<&'s Arc<Pod>> {
+        if !unchanged_since(&self.source, &snapshot.pods) || !self.keys.contains_key(node) {
+            self.keys.clear();
+            let deleting = snapshot
+                .claims
+                .values()
+                .filter(|c| c.metadata.deletion_timestamp.is_some())
+                .filter_map(|c| c.status.as_ref()?.node_name.as_deref());
+            for name in deleting.chain([node]) {
+                self.keys.entry(name.to_owned()).or_default();
+            }
+            for (key, pod) in snapshot.pods.iter() {
+                if let Some(keys) = pod_node(pod).and_then(|n| self.keys.get_mut(n)) {
+                    keys.push(key.clone());
+                }
+            }
+            self.source = Arc::downgrade(&snapshot.pods);
+        }
+        let keys = self.keys.get(node).map_or(&[][..], Vec::as_slice);
+        keys.iter().filter_map(|k| snapshot.pods.get(k)).collect()
+    }
+}
+
 /// A node's `spec.providerID`.
 pub fn node_provider_id(node: &Node) -> Option<&str> {
     node.spec.as_ref()?.provider_id.as_deref()
@@ -589,5 +624,51 @@ mod tests {
         }
         assert!(index.being_deleted(&snapshot, "p2"));
         assert!(!index.being_deleted(&snapshot, "p1"));
+    }
+
+    #[test]
+    fn pods_by_node_answer_as_a_scan_does_after_every_write() {
+        let pod = |name: &str, node: &str| -> Pod {
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": name, "namespace": "default"}, "spec": {"nodeName": node, "containers": []}
+            }))
+            .unwrap()
+        };
+        let claim = |name: &str, node: &str, deleting: bool| -> NodeClaim {
+            let mut c: NodeClaim = serde_json::from_value(serde_json::json!({
+                "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim", "metadata": {"name": name},
+                "spec": {"nodeClassRef": {"group": "g", "kind": "K", "name": "n"}, "requirements": []},
+                "status": {"nodeName": node}
+            }))
+            .unwrap();
+            if deleting {
+                c.metadata.deletion_timestamp =
+                    Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(jiff::Timestamp::UNIX_EPOCH));
+            }
+            c
+        };
+        let api = InMemoryApi::new(jiff::Timestamp::UNIX_EPOCH);
+        for (name, node) in [("p3", "a"), ("p1", "a"), ("p2", "b"), ("p4", "c")] {
+            api.lock().put_pod(pod(name, node));
+        }
+        api.lock().put_claim(claim("ca", "a", true));
+        api.lock().put_claim(claim("cb", "b", false));
+        let mut index = PodsByNode::default();
+        let keys = |pods: Vec<&Arc<Pod>>| -> Vec<String> { pods.iter().map(|p| pod_key(p)).collect() };
+        let check = |index: &mut PodsByNode, s: &Snapshot| {
+            for node in ["a", "b", "c", "d"] {
+                assert_eq!(keys(index.pods_on(s, node)), keys(s.pods_on_node(node).collect()), "{node}");
+            }
+        };
+        let snapshot = api.snapshot();
+        assert_eq!(keys(index.pods_on(&snapshot, "a")), ["default/p1", "default/p3"]);
+        check(&mut index, &snapshot);
+        // A pod bound to an indexed node, and one gone from it, in a new version of the map.
+        drop(snapshot);
+        api.lock().put_pod(pod("p0", "a"));
+        api.lock().remove_pod("default/p3");
+        let snapshot = api.snapshot();
+        assert_eq!(keys(index.pods_on(&snapshot, "a")), ["default/p0", "default/p1"]);
+        check(&mut index, &snapshot);
     }
 }

@@ -228,6 +228,8 @@ pub struct Lifecycle {
     drift_checked: HashMap<String, Timestamp>,
     /// The nodes of the snapshots read, by provider ID.
     by_provider_id: crate::cluster::NodesByProviderId,
+    /// The pods of the draining nodes of the snapshots read.
+    pods_by_node: crate::cluster::PodsByNode,
     /// Counters.
     pub counters: Counters,
 }
@@ -271,6 +273,7 @@ impl Lifecycle {
             launched: HashMap::new(),
             drift_checked: HashMap::new(),
             by_provider_id: Default::default(),
+            pods_by_node: Default::default(),
             counters: Counters::default(),
         }
     }
@@ -632,8 +635,8 @@ impl Lifecycle {
                     }
                     let deadline = claim.termination_deadline();
                     let name = node.metadata.name.clone().unwrap_or_default();
-                    // Read once for the drain and the volumes: finding a node's pods scans every pod.
-                    let on_node: Vec<_> = snapshot.pods_on_node(&name).collect();
+                    // Read once for the drain and the volumes.
+                    let on_node = self.pods_by_node.pods_on(snapshot, &name);
                     let drained = crate::termination::drain_pods(cluster, snapshot, &on_node, deadline, now).await;
                     if !drained.done {
                         return Ok(Next::After(Duration::from_secs(1)));
