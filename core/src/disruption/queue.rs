@@ -400,6 +400,17 @@ async fn set_reason(
 /// candidate within budget, and the simulation must reproduce the decision. Returns the fresh command, or
 /// why it is stale.
 pub fn validate(command: &Command, method: Method, inputs: &Inputs<'_>) -> Result<Command, String> {
+    validate_among(command, method, inputs, &std::cell::OnceCell::new())
+}
+
+/// As [`validate`], with the candidates of `inputs` found once (in `found`) for every command validated
+/// against them.
+fn validate_among(
+    command: &Command,
+    method: Method,
+    inputs: &Inputs<'_>,
+    found: &std::cell::OnceCell<(Vec<super::Candidate>, Vec<super::Blocked>)>,
+) -> Result<Command, String> {
     if method == Method::NodeRepair {
         // Repair ignores PDBs and do-not-disrupt; the node only has to still be there.
         return match command
@@ -411,7 +422,7 @@ pub fn validate(command: &Command, method: Method, inputs: &Inputs<'_>) -> Resul
             None => Ok(command.clone()),
         };
     }
-    let (cands, blocked) = candidates(inputs.state, inputs.types_for, inputs.now);
+    let (cands, blocked) = found.get_or_init(|| candidates(inputs.state, inputs.types_for, inputs.now));
     let mut chosen = Vec::new();
     for c in &command.candidates {
         if let Some(b) = blocked.iter().find(|b| b.node == c.node) {
@@ -439,7 +450,7 @@ pub fn validate(command: &Command, method: Method, inputs: &Inputs<'_>) -> Resul
         },
         Method::NodeRepair => Ok(command.clone()),
         Method::MultiNodeConsolidation | Method::SingleNodeConsolidation => {
-            let mut sim = Simulator::new(inputs, &cands).registering_only(&chosen);
+            let mut sim = Simulator::new(inputs, cands).registering_only(&chosen);
             let fresh = sim.consolidate(&chosen, method == Method::MultiNodeConsolidation)?;
             if fresh.decision != command.decision
                 || fresh.replacements.len() != command.replacements.len()
@@ -599,6 +610,8 @@ impl Controller {
             if now < self.proposals[0].ready_at {
                 return events;
             }
+            // Every proposal is checked against the same state: its candidates are found once.
+            let found = std::cell::OnceCell::new();
             for p in std::mem::take(&mut self.proposals) {
                 let nodes: Vec<String> = p.command.candidates.iter().map(|c| c.node.clone()).collect();
                 let c = &p.command;
@@ -608,7 +621,7 @@ impl Controller {
                 if !c.explanation.is_empty() {
                     why = format!("{why}; {}", c.explanation);
                 }
-                match validate(&p.command, p.method, inputs) {
+                match validate_among(&p.command, p.method, inputs, &found) {
                     Ok(fresh) => match self
                         .queue
                         .start(fresh, inputs.state, cluster, nominations, inputs.settings, now, name_for)

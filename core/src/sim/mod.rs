@@ -293,6 +293,17 @@ impl Sim {
         // The device plugin reports GPUs, and startup taints clear, after their delay.
         let snapshot = self.api.lock().snapshot();
         for (name, shared) in snapshot.nodes.iter() {
+            let Some(claim) = snapshot.claims.get(name) else { continue };
+            let startup =
+                |t: &k8s_openapi::api::core::v1::Taint| claim.spec.startup_taints.iter().any(|s| s.key == t.key);
+            let reported = shared.status.as_ref().and_then(|s| s.allocatable.as_ref());
+            let empty = BTreeMap::new();
+            let full_ref = claim.status.as_ref().map_or(&empty, |s| &s.allocatable);
+            let tainted = shared.spec.iter().flat_map(|s| s.taints.iter().flatten()).any(startup);
+            // Written once: a node already reporting everything is left as it is (and stays shared).
+            if (shared.status.is_none() || reported == Some(full_ref)) && !tainted {
+                continue;
+            }
             let Some(at) = shared
                 .metadata
                 .annotations
@@ -305,16 +316,7 @@ impl Sim {
             if clock::since(now, at) < self.kubelet.device_plugin_delay {
                 continue;
             }
-            let Some(claim) = snapshot.claims.get(name) else { continue };
-            let full = claim.status.as_ref().map(|s| s.allocatable.clone()).unwrap_or_default();
-            let startup =
-                |t: &k8s_openapi::api::core::v1::Taint| claim.spec.startup_taints.iter().any(|s| s.key == t.key);
-            let reported = shared.status.as_ref().and_then(|s| s.allocatable.as_ref());
-            let tainted = shared.spec.iter().flat_map(|s| s.taints.iter().flatten()).any(startup);
-            // Written once: a node already reporting everything is left as it is (and stays shared).
-            if (shared.status.is_none() || reported == Some(&full)) && !tainted {
-                continue;
-            }
+            let full = full_ref.clone();
             self.api.lock().update_node(name, |node| {
                 if let Some(st) = node.status.as_mut() {
                     st.allocatable = Some(full);
@@ -437,13 +439,13 @@ impl Sim {
         if !snapshot.any_unbound() {
             return;
         }
-        let digest = Self::scheduling_digest(&snapshot, &self.digests);
-        if self.unschedulable_digest == Some(digest) {
+        // The digest is worked out up front only to compare with an attempt that bound nothing; otherwise
+        // only once this attempt binds nothing.
+        if let Some(last) = self.unschedulable_digest
+            && Self::scheduling_digest(&snapshot, &self.digests) == last
+        {
             return;
         }
-        // Let go of the objects before writing to them: a write to a map a snapshot still shares copies it
-        // whole.
-        drop(snapshot);
         let state = self.state();
         // kube-scheduler sees the node's actual taints (unregistered, startup, disrupted), not the ones
         // planned for.
@@ -466,20 +468,20 @@ impl Sim {
             })
             .collect();
         reported.end_round();
-        if nodes.is_empty() {
-            self.unschedulable_digest = Some(digest);
-            return;
-        }
         let pending: Vec<_> = state.pending_pods().map(|p| Arc::clone(&p.info)).collect();
-        if pending.is_empty() {
-            self.unschedulable_digest = Some(digest);
+        if nodes.is_empty() || pending.is_empty() {
+            self.unschedulable_digest = Some(Self::scheduling_digest(&snapshot, &self.digests));
             return;
         }
         let bound = state.bound_on_nodes();
         let results = Scheduler::with_bound_on_nodes(Vec::new(), nodes, &bound, &[], SchedulerOptions::default())
             .solve_shared(pending);
         let bound_any = results.existing.iter().any(|p| !p.pods.is_empty());
-        self.unschedulable_digest = (!bound_any).then_some(digest);
+        self.unschedulable_digest = (!bound_any).then(|| Self::scheduling_digest(&snapshot, &self.digests));
+        // Let go of the objects before writing to them: a write to a map a snapshot still shares copies it
+        // whole.
+        drop(snapshot);
+        drop(state);
         let mut api = self.api.lock();
         for placed in results.existing {
             for key in placed.pods {
