@@ -99,6 +99,8 @@ pub struct Objects {
     /// Writes through the port that failed, by kind.
     pub failed_writes: BTreeMap<Write, u64>,
     version: u64,
+    /// Writes that removed pods ([`Objects::pod_removals`]).
+    pod_removals: u64,
     faults: HashMap<Write, VecDeque<Fault>>,
     object_faults: HashMap<String, ApiErrorKind>,
     /// Writes left before every write fails (the process writing is dead).
@@ -171,7 +173,11 @@ impl Objects {
 
     /// Removes a pod.
     pub fn remove_pod(&mut self, key: &str) -> Option<Arc<Pod>> {
-        remove_entry(&mut self.current.pods, key)
+        let removed = remove_entry(&mut self.current.pods, key);
+        if removed.is_some() {
+            self.pod_removals += 1;
+        }
+        removed
     }
 
     /// Keeps the pods for which `keep` says so.
@@ -179,7 +185,14 @@ impl Objects {
         if self.pods.values().all(|p| keep(p)) {
             return;
         }
+        self.pod_removals += 1;
         Arc::make_mut(&mut self.current.pods).retain(|_, p| keep(p));
+    }
+
+    /// How many times pods were removed so far: while it stays the same, every pod key present stays
+    /// present.
+    pub fn pod_removals(&self) -> u64 {
+        self.pod_removals
     }
 
     /// Creates or replaces a node, as a kubelet would.

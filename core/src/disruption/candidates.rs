@@ -129,12 +129,31 @@ pub fn pdb_allowed(pdb: &PodDisruptionBudget, state: &ClusterState) -> i32 {
     crate::cluster::pdb_disruptions_allowed(pdb, expected, healthy)
 }
 
+/// Every PDB of `state` with the disruptions it allows ([`pdb_allowed`]) and its selector, for
+/// [`blocking_pdb`].
+pub fn pdb_allowances(state: &ClusterState) -> Vec<(usize, i32, Selector)> {
+    state
+        .pdbs
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            let selector = Selector::from_label_selector(p.spec.as_ref().and_then(|s| s.selector.as_ref()));
+            (i, pdb_allowed(p, state), selector)
+        })
+        .collect()
+}
+
 /// Why a PDB forbids evicting one of `pods` (indexes into the state's pods), if one does, as Karpenter's
 /// `CanEvictPods` judges each pod: pods the drain leaves (finished, terminating, mirror pods, those
 /// tolerating `karpenter.sh/disrupted`) never block; a pod two PDBs select blocks, as the Eviction API
 /// refuses it; a pod one PDB selects blocks when that PDB allows no disruption, unless the PDB's
 /// `unhealthyPodEvictionPolicy` is `AlwaysAllow` and the pod is not Ready. DaemonSet pods count.
-pub fn blocking_pdb(pods: &[usize], state: &ClusterState, allowed: &[(usize, i32)]) -> Option<String> {
+/// `allowed` holds, for each PDB considered, its index among the state's, the disruptions it allows and its
+/// selector ([`pdb_allowances`]).
+pub fn blocking_pdb(pods: &[usize], state: &ClusterState, allowed: &[(usize, i32, Selector)]) -> Option<String> {
+    if allowed.is_empty() {
+        return None;
+    }
     let disrupted = taints::taint(labels::DISRUPTED_TAINT, None, "NoSchedule");
     let name = |pi: usize| {
         let pdb = &state.pdbs[pi];
@@ -153,14 +172,14 @@ pub fn blocking_pdb(pods: &[usize], state: &ClusterState, allowed: &[(usize, i32
         {
             continue;
         }
-        let matching: Vec<&(usize, i32)> = allowed
+        let matching: Vec<(usize, i32)> = allowed
             .iter()
-            .filter(|(pi, _)| {
+            .filter(|(pi, _, selector)| {
                 let pdb = &state.pdbs[*pi];
                 pdb.metadata.namespace.as_deref().unwrap_or("default") == pod.info.namespace
-                    && Selector::from_label_selector(pdb.spec.as_ref().and_then(|s| s.selector.as_ref()))
-                        .matches(&pod.info.labels)
+                    && selector.matches(&pod.info.labels)
             })
+            .map(|(pi, left, _)| (*pi, *left))
             .collect();
         match matching.as_slice() {
             [] => {}
@@ -270,8 +289,7 @@ pub fn candidates(
     types_for: &crate::provisioning::TypesFor<'_>,
     now: Timestamp,
 ) -> (Vec<Candidate>, Vec<Blocked>) {
-    let pdb_allowed: Vec<(usize, i32)> =
-        state.pdbs.iter().enumerate().map(|(i, p)| (i, pdb_allowed(p, state))).collect();
+    let pdb_allowed = pdb_allowances(state);
     let mut out = Vec::new();
     let mut blocked = Vec::new();
     // Each pool's instance types, with the first of each name by name.

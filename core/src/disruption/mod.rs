@@ -22,8 +22,8 @@ use serde::Serialize;
 
 pub use candidates::{
     Blocked, Candidate, INSTANCE_TYPE_NOT_FOUND, ON_DEMAND_LEASE_EXPIRED, allowances, blocking_pdb, candidates,
-    claim_lifetime_remaining, do_not_disrupt, drift_reason, kube_pod_cost, last_pod_event, pdb_allowed, pod_cost,
-    reschedule_cost,
+    claim_lifetime_remaining, do_not_disrupt, drift_reason, kube_pod_cost, last_pod_event, pdb_allowances, pdb_allowed,
+    pod_cost, reschedule_cost,
 };
 pub use consolidation::{PoolTotals, Score, Simulator};
 

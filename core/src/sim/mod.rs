@@ -79,8 +79,12 @@ pub struct Sim {
     pub never_ready: HashSet<String>,
     /// Extra registration delay per provider id.
     pub late: HashMap<String, Duration>,
-    /// Pods a workload controller keeps alive: recreated (unbound) when evicted.
-    pub desired: BTreeMap<String, Pod>,
+    /// Pods a workload controller keeps alive: recreated (unbound) when evicted. Each is in the API from
+    /// the moment it is added ([`Sim::add_pod`]) until it is removed for good ([`Sim::remove_pod`]).
+    desired: BTreeMap<String, Pod>,
+    /// The API's count of pod removals when the workload controller last made every desired pod present:
+    /// while it stays the same, none is missing.
+    desired_present_at: Option<u64>,
     /// The cluster's digest after a scheduling attempt that bound nothing: until it changes, pending pods
     /// stay unschedulable (kube-scheduler's unschedulable queue).
     unschedulable_digest: Option<u64>,
@@ -120,6 +124,7 @@ impl Sim {
             never_ready: HashSet::new(),
             late: HashMap::new(),
             desired: BTreeMap::new(),
+            desired_present_at: None,
             unschedulable_digest: None,
             digests: Default::default(),
             events: Vec::new(),
@@ -227,6 +232,9 @@ impl Sim {
 
     fn workloads(&mut self) {
         let mut api = self.api.lock();
+        if self.desired_present_at == Some(api.pod_removals()) {
+            return;
+        }
         // Both maps are sorted by key: one walk over the two finds the desired pods the cluster lacks, where a
         // lookup per desired pod would compare each key with a dozen others.
         let mut missing = Vec::new();
@@ -245,6 +253,7 @@ impl Sim {
             fresh.status = None;
             api.put_pod(fresh);
         }
+        self.desired_present_at = Some(api.pod_removals());
     }
 
     async fn kubelets(&mut self, now: Timestamp) {
