@@ -129,16 +129,27 @@ pub fn pdb_allowed(pdb: &PodDisruptionBudget, state: &ClusterState) -> i32 {
     crate::cluster::pdb_disruptions_allowed(pdb, expected, healthy)
 }
 
-/// Every PDB of `state` with the disruptions it allows ([`pdb_allowed`]) and its selector, for
-/// [`blocking_pdb`].
-pub fn pdb_allowances(state: &ClusterState) -> Vec<(usize, i32, Selector)> {
+/// A PDB of a state as [`blocking_pdb`] reads it, worked out once per pass.
+#[derive(Debug, Clone)]
+pub struct PdbAllowance {
+    /// Its index among the state's PDBs.
+    pub index: usize,
+    /// How many more evictions it allows ([`pdb_allowed`]).
+    pub allowed: i32,
+    /// Its label selector.
+    pub selector: Selector,
+}
+
+/// Every PDB of `state` with the evictions it allows and its selector, for [`blocking_pdb`].
+pub fn pdb_allowances(state: &ClusterState) -> Vec<PdbAllowance> {
     state
         .pdbs
         .iter()
         .enumerate()
-        .map(|(i, p)| {
-            let selector = Selector::from_label_selector(p.spec.as_ref().and_then(|s| s.selector.as_ref()));
-            (i, pdb_allowed(p, state), selector)
+        .map(|(index, p)| PdbAllowance {
+            index,
+            allowed: pdb_allowed(p, state),
+            selector: Selector::from_label_selector(p.spec.as_ref().and_then(|s| s.selector.as_ref())),
         })
         .collect()
 }
@@ -148,9 +159,8 @@ pub fn pdb_allowances(state: &ClusterState) -> Vec<(usize, i32, Selector)> {
 /// tolerating `karpenter.sh/disrupted`) never block; a pod two PDBs select blocks, as the Eviction API
 /// refuses it; a pod one PDB selects blocks when that PDB allows no disruption, unless the PDB's
 /// `unhealthyPodEvictionPolicy` is `AlwaysAllow` and the pod is not Ready. DaemonSet pods count.
-/// `allowed` holds, for each PDB considered, its index among the state's, the disruptions it allows and its
-/// selector ([`pdb_allowances`]).
-pub fn blocking_pdb(pods: &[usize], state: &ClusterState, allowed: &[(usize, i32, Selector)]) -> Option<String> {
+/// `allowed` holds the PDBs considered ([`pdb_allowances`]).
+pub fn blocking_pdb(pods: &[usize], state: &ClusterState, allowed: &[PdbAllowance]) -> Option<String> {
     if allowed.is_empty() {
         return None;
     }
@@ -174,12 +184,12 @@ pub fn blocking_pdb(pods: &[usize], state: &ClusterState, allowed: &[(usize, i32
         }
         let matching: Vec<(usize, i32)> = allowed
             .iter()
-            .filter(|(pi, _, selector)| {
-                let pdb = &state.pdbs[*pi];
+            .filter(|a| {
+                let pdb = &state.pdbs[a.index];
                 pdb.metadata.namespace.as_deref().unwrap_or("default") == pod.info.namespace
-                    && selector.matches(&pod.info.labels)
+                    && a.selector.matches(&pod.info.labels)
             })
-            .map(|(pi, left, _)| (*pi, *left))
+            .map(|a| (a.index, a.allowed))
             .collect();
         match matching.as_slice() {
             [] => {}

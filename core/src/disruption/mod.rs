@@ -21,9 +21,9 @@ use jiff::Timestamp;
 use serde::Serialize;
 
 pub use candidates::{
-    Blocked, Candidate, INSTANCE_TYPE_NOT_FOUND, ON_DEMAND_LEASE_EXPIRED, allowances, blocking_pdb, candidates,
-    claim_lifetime_remaining, do_not_disrupt, drift_reason, kube_pod_cost, last_pod_event, pdb_allowances, pdb_allowed,
-    pod_cost, reschedule_cost,
+    Blocked, Candidate, INSTANCE_TYPE_NOT_FOUND, ON_DEMAND_LEASE_EXPIRED, PdbAllowance, allowances, blocking_pdb,
+    candidates, claim_lifetime_remaining, do_not_disrupt, drift_reason, kube_pod_cost, last_pod_event, pdb_allowances,
+    pdb_allowed, pod_cost, reschedule_cost,
 };
 pub use consolidation::{PoolTotals, Score, Simulator};
 

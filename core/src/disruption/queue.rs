@@ -400,12 +400,12 @@ async fn set_reason(
 /// candidate within budget, and the simulation must reproduce the decision. Returns the fresh command, or
 /// why it is stale.
 pub fn validate(command: &Command, method: Method, inputs: &Inputs<'_>) -> Result<Command, String> {
-    validate_among(command, method, inputs, &std::cell::OnceCell::new())
+    validate_with_candidates(command, method, inputs, &std::cell::OnceCell::new())
 }
 
 /// As [`validate`], with the candidates of `inputs` found once (in `found`) for every command validated
 /// against them.
-fn validate_among(
+fn validate_with_candidates(
     command: &Command,
     method: Method,
     inputs: &Inputs<'_>,
@@ -621,7 +621,7 @@ impl Controller {
                 if !c.explanation.is_empty() {
                     why = format!("{why}; {}", c.explanation);
                 }
-                match validate_among(&p.command, p.method, inputs, &found) {
+                match validate_with_candidates(&p.command, p.method, inputs, &found) {
                     Ok(fresh) => match self
                         .queue
                         .start(fresh, inputs.state, cluster, nominations, inputs.settings, now, name_for)

@@ -655,8 +655,8 @@ impl Topology {
             Some(at) => Box::new(at.iter().map(|c| &self.classes[*c])),
             None => Box::new(self.classes.iter()),
         };
-        // Whether each bound node's pods count for a filtered group, once per node: unknown, yes, no.
-        let mut node_counts: Vec<u8> = Vec::new();
+        // Whether each bound node's pods count for a filtered group, worked out once per node.
+        let mut node_counts: Vec<Option<bool>> = Vec::new();
         let mut sums: Vec<Option<i32>> = Vec::new();
         let mut met: Vec<u32> = Vec::new();
         for class in classes {
@@ -666,7 +666,7 @@ impl Topology {
             if sums.is_empty() {
                 sums = vec![None; kd.names.len()];
                 if filtered {
-                    node_counts = vec![0; self.bound.len()];
+                    node_counts = vec![None; self.bound.len()];
                 }
             }
             for &(at, n) in &class.nodes {
@@ -675,12 +675,11 @@ impl Topology {
                     continue;
                 }
                 if filtered {
-                    let known = &mut node_counts[at as usize];
-                    if *known == 0 {
+                    let counts = *node_counts[at as usize].get_or_insert_with(|| {
                         let view = &self.bound[at as usize].view;
-                        *known = if g.counts_node(&view.taints, &view.reqs) { 1 } else { 2 };
-                    }
-                    if *known == 2 {
+                        g.counts_node(&view.taints, &view.reqs)
+                    });
+                    if !counts {
                         continue;
                     }
                 }
