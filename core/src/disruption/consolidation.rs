@@ -1,5 +1,6 @@
 //! The backwards simulation and the methods built on it.
 
+use std::cell::RefCell;
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
@@ -90,8 +91,6 @@ pub struct Simulator<'a> {
     /// The schedulers every simulation clones, built on the first simulation: a pass that simulates
     /// nothing (no candidate gets that far) never builds them.
     bases: std::cell::OnceCell<Bases>,
-    /// The candidates' pods (indexes into the state's pods), whose constraints the bases register up front.
-    candidate_pods: Vec<usize>,
     /// The candidates not yet consolidatable (inside their own `consolidateAfter`).
     unsettled: Vec<String>,
     /// Each pool's cost and disruption, the Balanced policy's denominators.
@@ -157,20 +156,56 @@ fn allows_spot(pod: &PodInfo) -> bool {
 
 /// The shared bases of a pass's simulations.
 struct Bases {
-    /// Every node, pods registered.
-    base: Scheduler,
+    /// Every node.
+    base: RefCell<Registered>,
     /// As `base`, with nodes inside their own `consolidateAfter` taking no pods from others.
-    settled: Scheduler,
-    /// The topology groups of each candidate's pod (by index into the pass's pods), as the bases
-    /// registered them.
-    groups: Vec<Option<PodGroups>>,
-    /// Whether every claim `settled` opens stays open to spot ([`Scheduler::claims_stay_spot_capable`]).
+    settled: RefCell<Registered>,
+    /// Whether every claim `settled` opens stays open to spot ([`Scheduler::claims_stay_spot_capable`]),
+    /// as it stands before any candidate's pod is registered. The groups registered later for some
+    /// candidates' pods narrow only the claims those pods join, and a candidate read for spot
+    /// ([`Simulator::only_a_delete_moves`]) has no pod with a term keyed on the capacity type.
     claims_stay_spot_capable: bool,
     /// Whether `settled`'s solves re-pack their claims ([`Scheduler::repacks_claims`]).
     repacks_claims: bool,
     /// What pods could still take of `settled`'s nodes ([`Scheduler::total_node_room`]) and of one new
     /// claim ([`Scheduler::most_claim_room`]).
     room: Resources,
+}
+
+/// A base scheduler with the topology constraints of the candidates' pods it simulated so far registered,
+/// each pod's the first time a simulation places it: a pass simulates few of the pods its candidates
+/// hold, and clones of the base share what it registered.
+struct Registered {
+    scheduler: Scheduler,
+    /// The topology groups of each pod registered (by index into the pass's pods).
+    groups: Vec<Option<PodGroups>>,
+}
+
+impl Registered {
+    /// `scheduler` with none of the pass's `pods` pods registered yet, borrowed by each simulation in turn.
+    fn new(scheduler: Scheduler, pods: usize) -> RefCell<Self> {
+        RefCell::new(Self { scheduler, groups: vec![None; pods] })
+    }
+
+    /// Registers the pods at `indexes` (of `all`, the state's pods) not registered yet, and again those
+    /// registered before a group that could select them was.
+    fn register(&mut self, all: &[crate::state::StatePod], indexes: impl Iterator<Item = usize>) {
+        let scheduler = &self.scheduler;
+        let new: Vec<usize> = indexes
+            .filter(|i| match self.groups.get(*i) {
+                Some(Some(g)) => !scheduler.knows_every_group_of(g),
+                Some(None) => true,
+                None => false,
+            })
+            .collect();
+        if new.is_empty() {
+            return;
+        }
+        let registered = self.scheduler.register(new.iter().map(|i| &*all[*i].info));
+        for (i, g) in new.into_iter().zip(registered) {
+            self.groups[i] = Some(g);
+        }
+    }
 }
 
 /// A pool's whole cost per hour and whole disruption cost, over every node it has (candidates or not).
@@ -266,14 +301,12 @@ impl<'a> Simulator<'a> {
     /// Prepares a pass over `cands`; the shared bases are built when first needed.
     pub fn new(inputs: &'a Inputs<'a>, cands: &[Candidate]) -> Self {
         let state = inputs.state;
-        let candidate_pods = cands.iter().flat_map(|c| c.pods.iter().copied()).collect();
         let unsettled = cands.iter().filter(|c| !c.consolidatable).map(|c| c.node.clone()).collect();
         let pool_totals = pool_totals(inputs, cands);
         let booting = state.nodes.iter().filter(|n| !n.initialized || !n.ready).map(|n| n.name.clone()).collect();
         Self {
             inputs,
             bases: std::cell::OnceCell::new(),
-            candidate_pods,
             unsettled,
             pool_totals,
             split_attempts: 0,
@@ -281,15 +314,6 @@ impl<'a> Simulator<'a> {
             unseen_pools: None,
             unread: &every_reason_read,
         }
-    }
-
-    /// Registers up front only the pods of `cands`, some of the candidates it was prepared over: for a
-    /// simulation of those alone (a command's validation), which then need not hash the terms of every
-    /// other candidate's pods. A simulation of another candidate registers its pods as it places them.
-    #[must_use]
-    pub fn registering_only(mut self, cands: &[&Candidate]) -> Self {
-        self.candidate_pods = cands.iter().flat_map(|c| c.pods.iter().copied()).collect();
-        self
     }
 
     /// Says which nodes' reasons nobody reads this pass (the operator's `Unconsolidatable` event about them
@@ -306,8 +330,7 @@ impl<'a> Simulator<'a> {
         &self.inputs.state.pods[i].info
     }
 
-    /// The shared bases: every node (with the room pending pods will take subtracted) and the candidates'
-    /// pods registered.
+    /// The shared bases: every node, with the room pending pods will take subtracted.
     fn bases(&self) -> &Bases {
         self.bases.get_or_init(|| {
             let inputs = self.inputs;
@@ -334,11 +357,6 @@ impl<'a> Simulator<'a> {
                     }
                 }
             }
-            let registered = base.register(self.candidate_pods.iter().map(|i| &**self.pod(*i)));
-            let mut groups: Vec<Option<PodGroups>> = vec![None; self.inputs.state.pods.len()];
-            for (i, g) in self.candidate_pods.iter().zip(registered) {
-                groups[*i] = Some(g);
-            }
             let mut settled = base.clone();
             let unsettled: Vec<&str> = self.unsettled.iter().map(String::as_str).collect();
             settled.block_nodes(&unsettled);
@@ -347,7 +365,14 @@ impl<'a> Simulator<'a> {
             let claims_stay_spot_capable = settled.claims_stay_spot_capable();
             let repacks_claims = settled.repacks_claims();
             let room = settled.total_node_room().add(&settled.most_claim_room());
-            Bases { base, settled, groups, claims_stay_spot_capable, repacks_claims, room }
+            let pods = state.pods.len();
+            Bases {
+                base: Registered::new(base, pods),
+                settled: Registered::new(settled, pods),
+                claims_stay_spot_capable,
+                repacks_claims,
+                room,
+            }
         })
     }
 
@@ -365,7 +390,7 @@ impl<'a> Simulator<'a> {
     ) -> Results {
         let (sim, pods, groups) = self.prepare(cands, consolidating, off_on_demand, ceiling);
         let results = match groups {
-            Some(groups) => sim.solve_registered(pods, groups),
+            Some(groups) => sim.solve_registered(pods, groups.iter().collect()),
             None => sim.solve_shared(pods),
         };
         self.keep_off_booting(results)
@@ -377,23 +402,27 @@ impl<'a> Simulator<'a> {
     fn simulate_unless(&self, cands: &[&Candidate], stop: StopAt) -> Result<Results, Stopped> {
         let (sim, pods, groups) = self.prepare(cands, true, false, None);
         let results = match groups {
-            Some(groups) => sim.solve_registered_unless(pods, groups, stop)?,
+            Some(groups) => sim.solve_registered_unless(pods, groups.iter().collect(), stop)?,
             None => sim.solve_shared(pods),
         };
         Ok(self.keep_off_booting(results))
     }
 
     /// A simulation's scheduler (a base without the candidates) and the candidates' pods with their
-    /// registered groups (`None` when some pod was not registered).
+    /// registered groups (`None` when some pod's are not known).
     fn prepare(
         &self,
         cands: &[&Candidate],
         consolidating: bool,
         off_on_demand: bool,
         ceiling: Option<f64>,
-    ) -> (Scheduler, Vec<Arc<PodInfo>>, Option<Vec<&PodGroups>>) {
+    ) -> (Scheduler, Vec<Arc<PodInfo>>, Option<Vec<PodGroups>>) {
         let bases = self.bases();
-        let from = if consolidating { &bases.settled } else { &bases.base };
+        let mut from = if consolidating { &bases.settled } else { &bases.base }.borrow_mut();
+        let indexes = cands.iter().flat_map(|c| c.pods.iter().copied());
+        from.register(&self.inputs.state.pods, indexes.clone());
+        let groups = indexes.clone().map(|i| from.groups.get(i).cloned().flatten()).collect();
+        let from = &from.scheduler;
         let mut sim = match node_indexes(from, cands) {
             Some(at) => from.without_nodes_at(&at),
             None => from.without_nodes(&cands.iter().map(|c| c.node.as_str()).collect::<Vec<_>>()),
@@ -411,9 +440,7 @@ impl<'a> Simulator<'a> {
             options.price_ceiling = ceiling;
             sim = sim.with_options(options);
         }
-        let indexes = cands.iter().flat_map(|c| c.pods.iter().copied());
-        let pods: Vec<Arc<PodInfo>> = indexes.clone().map(|i| Arc::clone(self.pod(i))).collect();
-        let groups = indexes.map(|i| bases.groups[i].as_ref()).collect::<Option<Vec<_>>>();
+        let pods: Vec<Arc<PodInfo>> = indexes.map(|i| Arc::clone(self.pod(i))).collect();
         (sim, pods, groups)
     }
 
@@ -691,10 +718,12 @@ impl<'a> Simulator<'a> {
     /// consolidation would turn them down, and need not simulate them to know.
     fn may_fit_one_claim(&self, cands: &[&Candidate]) -> bool {
         let bases = self.bases();
+        let settled = bases.settled.borrow();
+        let settled = &settled.scheduler;
         let mut room = bases.room.clone();
         for c in cands {
-            if bases.settled.node_name(c.index) == Some(c.node.as_str()) {
-                room.sub_assign(&bases.settled.node_room(c.index));
+            if settled.node_name(c.index) == Some(c.node.as_str()) {
+                room.sub_assign(&settled.node_room(c.index));
             }
         }
         let mut need = Resources::ZERO;
@@ -797,7 +826,8 @@ impl<'a> Simulator<'a> {
     /// ([`Simulator::stop_for`] stopping at any new node), they then stay: that pod opens a new node, lands
     /// on a booting one, or stays unscheduled, and the simulation need not run to say so.
     fn a_pod_has_no_other_node(&self, cands: &[&Candidate]) -> bool {
-        let settled = &self.bases().settled;
+        let settled = self.bases().settled.borrow();
+        let settled = &settled.scheduler;
         let Some(at) = node_indexes(settled, cands) else { return false };
         // Replicas of one owner ask the same: each is asked once in a row.
         let mut last: Option<&PodInfo> = None;

@@ -450,7 +450,7 @@ fn validate_with_candidates(
         },
         Method::NodeRepair => Ok(command.clone()),
         Method::MultiNodeConsolidation | Method::SingleNodeConsolidation => {
-            let mut sim = Simulator::new(inputs, cands).registering_only(&chosen);
+            let mut sim = Simulator::new(inputs, cands);
             let fresh = sim.consolidate(&chosen, method == Method::MultiNodeConsolidation)?;
             if fresh.decision != command.decision
                 || fresh.replacements.len() != command.replacements.len()

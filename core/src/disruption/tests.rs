@@ -535,6 +535,88 @@ fn stopping_early_decides_as_the_full_simulation() {
     assert!(not_simulated > 0, "some candidate's pod had no other node to land on");
 }
 
+/// A pass registers a candidate's pods with the bases the first time it simulates them: whichever
+/// candidates it simulated before, and in whatever order, a simulation decides (with the same reason) as
+/// the first simulation of a fresh pass does. The pods spread over zones and keep apart by hostname, with
+/// selectors that pick other candidates' pods, so the groups registered earlier count the pods simulated
+/// later.
+#[test]
+fn a_simulation_decides_alike_whatever_the_pass_simulated_before() {
+    use CapacityType::*;
+    let types = vec![
+        itype("big", 16, 0, &[("a", OnDemand, 1.0), ("b", OnDemand, 1.0)]),
+        itype("mid", 8, 0, &[("a", OnDemand, 0.5), ("b", OnDemand, 0.5)]),
+        itype("small", 4, 0, &[("a", OnDemand, 0.2), ("b", OnDemand, 0.2)]),
+    ];
+    let mut fleet = Fleet { types, ..Default::default() }
+        .pool("default", json!({}))
+        .node("n1", "default", "big", "a", OnDemand)
+        .pod("d1", "n1", "3", 0, json!({"labels": {"app": "db"}}))
+        .node("n2", "default", "mid", "b", OnDemand)
+        .pod("d2", "n2", "2", 0, json!({"labels": {"app": "db"}}))
+        .node("n3", "default", "big", "a", OnDemand)
+        .pod("w3", "n3", "2", 0, json!({"labels": {"app": "web"}}))
+        .pod("w3b", "n3", "2", 0, json!({"labels": {"app": "web"}}))
+        .node("n4", "default", "small", "b", OnDemand)
+        .pod("c4", "n4", "1", 0, json!({"labels": {"app": "cache"}}))
+        .node("n5", "default", "mid", "b", OnDemand)
+        .pod("w5", "n5", "1", 0, json!({"labels": {"app": "web"}}));
+    for pod in &mut fleet.pods {
+        let app = pod.metadata.labels.as_ref().and_then(|l| l.get("app")).cloned().unwrap();
+        let spec = pod.spec.as_mut().unwrap();
+        match app.as_str() {
+            // Web spreads over zones counting web and db pods alike.
+            "web" => {
+                spec.topology_spread_constraints = Some(
+                    serde_json::from_value(json!([{"maxSkew": 1, "topologyKey": labels::ZONE,
+                        "whenUnsatisfiable": "DoNotSchedule",
+                        "labelSelector": {"matchExpressions": [{"key": "app", "operator": "In", "values": ["web", "db"]}]}}]))
+                    .unwrap(),
+                )
+            }
+            // A db pod keeps off nodes with another db pod, and off the cache's zone.
+            "db" => {
+                spec.affinity = Some(
+                    serde_json::from_value(json!({"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+                        {"topologyKey": labels::HOSTNAME, "labelSelector": {"matchLabels": {"app": "db"}}},
+                        {"topologyKey": labels::ZONE, "labelSelector": {"matchLabels": {"app": "cache"}}}]}}))
+                    .unwrap(),
+                )
+            }
+            _ => {}
+        }
+    }
+    let state = fleet.state();
+    let types = fleet.types.clone();
+    let types_for = move |_: &NodePool| types.clone().into();
+    let (cands, _) = candidates(&state, &types_for, now());
+    assert_eq!(cands.len(), 5);
+    let settings = Settings::default();
+    let inputs = Inputs { state: &state, types_for: &types_for, settings: &settings, now: now() };
+    let verdict = |r: Result<Command, String>| r.map(|c| serde_json::to_value(&c).unwrap());
+    let sets: Vec<(Vec<&Candidate>, bool)> = (1u32..(1 << cands.len()))
+        .flat_map(|mask| {
+            let set: Vec<&Candidate> = (0..cands.len()).filter(|i| mask & (1 << i) != 0).map(|i| &cands[i]).collect();
+            let single = set.len() == 1;
+            [(set.clone(), true)].into_iter().chain(single.then_some((set, false)))
+        })
+        .collect();
+    let fresh: Vec<_> =
+        sets.iter().map(|(set, multi)| verdict(Simulator::new(&inputs, &cands).consolidate(set, *multi))).collect();
+    let (mut moved, mut stayed) = (0, 0);
+    for order in [sets.iter().collect::<Vec<_>>(), sets.iter().rev().collect()] {
+        let mut warm = Simulator::new(&inputs, &cands);
+        for (set, multi) in order {
+            let i = sets.iter().position(|(s, m)| std::ptr::eq(s, set) && m == multi).unwrap();
+            let got = verdict(warm.consolidate(set, *multi));
+            moved += usize::from(got.is_ok());
+            stayed += usize::from(got.is_err());
+            assert_eq!(got, fresh[i], "{:?} multi {multi}", set.iter().map(|c| &c.node).collect::<Vec<_>>());
+        }
+    }
+    assert!(moved > 0 && stayed > 0, "{moved} moves, {stayed} stays");
+}
+
 #[test]
 fn spot_to_spot_needs_the_gate_and_enough_cheaper_types() {
     use CapacityType::*;

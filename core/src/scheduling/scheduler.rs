@@ -734,6 +734,12 @@ impl Scheduler {
         s
     }
 
+    /// Whether `groups`, returned by [`Scheduler::register`] on this scheduler or the one it was cloned
+    /// from, still name every group that could select their pod: no group was registered since.
+    pub fn knows_every_group_of(&self, groups: &PodGroups) -> bool {
+        groups.known == self.topology.len()
+    }
+
     /// Whether every claim this scheduler could open keeps `karpenter.sh/capacity-type` open to spot,
     /// whatever its pods ask of other keys: every pool allows spot, no offering is a reservation (a launch
     /// on one pins the claim to `reserved`) and no topology group is keyed on the capacity type (a
@@ -939,9 +945,7 @@ impl Scheduler {
     ) -> Result<Results, Stopped> {
         let mut pods = pods;
         let known = known.filter(|k| {
-            !self.options.ignore_preferences
-                && k.len() == pods.len()
-                && k.iter().all(|g| g.known == self.topology.len())
+            !self.options.ignore_preferences && k.len() == pods.len() && k.iter().all(|g| self.knows_every_group_of(g))
         });
         if self.options.ignore_preferences {
             for p in &mut pods {
