@@ -106,35 +106,52 @@ pub async fn drain_pods(
     grace_deadline: Option<Timestamp>,
     now: Timestamp,
 ) -> DrainStatus {
-    let mut on_node: Vec<&Pod> = on_node.iter().map(|p| p.as_ref()).filter(|p| drainable(p, now)).collect();
-    let mut status = DrainStatus::default();
-    if on_node.is_empty() {
-        status.done = true;
-        return status;
-    }
-    if grace_deadline.is_some_and(|d| now >= d) {
-        let mut left = false;
-        for p in on_node {
-            let key = pod_key(p);
-            match cluster.delete_pod(&key).await {
-                Ok(()) => status.forced.push(key),
-                Err(e) if e.is_not_found() => {}
-                Err(e) => {
-                    left = true;
-                    status.waiting.push((key, e.to_string()));
-                }
-            }
+    DrainPlan::new(snapshot, on_node, grace_deadline, now).run(cluster).await
+}
+
+/// One drain step as read from a snapshot ([`DrainPlan::new`]), to be carried out through the API
+/// ([`DrainPlan::run`]). It holds nothing of the snapshot: a caller may let go of it first, so that the
+/// evictions' writes need not copy a pod map it still shares.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DrainPlan {
+    step: Step,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+enum Step {
+    /// Nothing drainable is left.
+    Done,
+    /// The grace period is over: these pods are deleted.
+    Force(Vec<String>),
+    /// The pods of the first group that has any, each to evict or to wait; with each PDB's namespace and
+    /// how many more evictions it allows at the start of the step.
+    Evict { pods: Vec<(String, Eviction)>, allowed: Vec<(String, i32)> },
+}
+
+#[derive(Debug, Clone, PartialEq)]
+enum Eviction {
+    /// Waits, for this reason.
+    Wait(String),
+    /// Evicted unless one of these PDBs (by index) allows no more by then.
+    Evict(Vec<usize>),
+}
+
+impl DrainPlan {
+    /// The step for `on_node`, the pods of `snapshot` bound to the node, in key order: the PDB allowances
+    /// are counted over every pod of the snapshot, once per step, and spent as the step evicts.
+    pub fn new(snapshot: &Snapshot, on_node: &[&Arc<Pod>], grace_deadline: Option<Timestamp>, now: Timestamp) -> Self {
+        let mut on_node: Vec<&Pod> = on_node.iter().map(|p| p.as_ref()).filter(|p| drainable(p, now)).collect();
+        if on_node.is_empty() {
+            return Self { step: Step::Done };
         }
-        status.done = !left;
-        return status;
-    }
-    on_node.sort_by_key(|p| group(p));
-    let first = group(on_node[0]);
-    // PDB allowances computed once per step, then spent as pods are evicted.
-    let pdbs = &snapshot.pdbs;
-    let mut allowed: Vec<(String, Selector, i32)> = pdbs
-        .iter()
-        .map(|pdb| {
+        if grace_deadline.is_some_and(|d| now >= d) {
+            return Self { step: Step::Force(on_node.into_iter().map(pod_key).collect()) };
+        }
+        on_node.sort_by_key(|p| group(p));
+        let first = group(on_node[0]);
+        let mut allowed = Vec::with_capacity(snapshot.pdbs.len());
+        let mut selectors = Vec::with_capacity(snapshot.pdbs.len());
+        for pdb in snapshot.pdbs.iter() {
             let ns = pdb.metadata.namespace.clone().unwrap_or_else(|| "default".into());
             let sel = Selector::from_label_selector(pdb.spec.as_ref().and_then(|s| s.selector.as_ref()));
             let matching: Vec<&Pod> = snapshot
@@ -148,42 +165,84 @@ pub async fn drain_pods(
                 .collect();
             let expected = matching.iter().filter(|p| !crate::cluster::pod_finished(p)).count() as i32;
             let healthy = matching.iter().filter(|p| crate::cluster::pdb_healthy(p)).count() as i32;
-            (ns, sel, crate::cluster::pdb_disruptions_allowed(pdb, expected, healthy))
-        })
-        .collect();
-    for p in on_node.into_iter().filter(|p| group(p) == first) {
-        let key = pod_key(p);
-        if do_not_disrupt(p, now) {
-            status.waiting.push((key, format!("{} is set", labels::DO_NOT_DISRUPT)));
-            continue;
+            allowed.push((ns.clone(), crate::cluster::pdb_disruptions_allowed(pdb, expected, healthy)));
+            selectors.push((ns, sel));
         }
-        let ns = p.metadata.namespace.as_deref().unwrap_or("default");
-        let pod_labels = p.metadata.labels.clone().unwrap_or_default();
-        let blocking: Vec<usize> = allowed
-            .iter()
-            .enumerate()
-            .filter(|(_, (pns, sel, _))| pns == ns && sel.matches(&pod_labels))
-            .map(|(i, _)| i)
-            .collect();
-        if let Some(i) = blocking.iter().find(|i| allowed[**i].2 < 1) {
-            status.waiting.push((key, format!("a PDB in {} allows no more evictions", allowed[*i].0)));
-            continue;
-        }
-        match cluster.evict_pod(&key).await {
-            Ok(()) => {
-                for i in blocking {
-                    allowed[i].2 -= 1;
+        let pods = on_node
+            .into_iter()
+            .filter(|p| group(p) == first)
+            .map(|p| {
+                let key = pod_key(p);
+                if do_not_disrupt(p, now) {
+                    return (key, Eviction::Wait(format!("{} is set", labels::DO_NOT_DISRUPT)));
                 }
-                status.evicted.push(key);
-            }
-            Err(e) if e.is_not_found() => {}
-            Err(e) if e.kind == ApiErrorKind::TooManyRequests => {
-                status.waiting.push((key, "the eviction API refused: a PodDisruptionBudget allows no more".into()));
-            }
-            Err(e) => status.waiting.push((key, e.to_string())),
-        }
+                let ns = p.metadata.namespace.as_deref().unwrap_or("default");
+                let pod_labels = p.metadata.labels.clone().unwrap_or_default();
+                let blocking = selectors
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, (pns, sel))| pns == ns && sel.matches(&pod_labels))
+                    .map(|(i, _)| i)
+                    .collect();
+                (key, Eviction::Evict(blocking))
+            })
+            .collect();
+        Self { step: Step::Evict { pods, allowed } }
     }
-    status
+
+    /// Carries the step out through `cluster`: an eviction the API refuses (a PDB's 429, a failed call)
+    /// leaves the pod waiting for the next step; a pod already gone counts as drained.
+    pub async fn run(self, cluster: &dyn Cluster) -> DrainStatus {
+        let mut status = DrainStatus::default();
+        match self.step {
+            Step::Done => status.done = true,
+            Step::Force(keys) => {
+                let mut left = false;
+                for key in keys {
+                    match cluster.delete_pod(&key).await {
+                        Ok(()) => status.forced.push(key),
+                        Err(e) if e.is_not_found() => {}
+                        Err(e) => {
+                            left = true;
+                            status.waiting.push((key, e.to_string()));
+                        }
+                    }
+                }
+                status.done = !left;
+            }
+            Step::Evict { pods, mut allowed } => {
+                for (key, eviction) in pods {
+                    let blocking = match eviction {
+                        Eviction::Wait(why) => {
+                            status.waiting.push((key, why));
+                            continue;
+                        }
+                        Eviction::Evict(blocking) => blocking,
+                    };
+                    if let Some(i) = blocking.iter().find(|i| allowed[**i].1 < 1) {
+                        status.waiting.push((key, format!("a PDB in {} allows no more evictions", allowed[*i].0)));
+                        continue;
+                    }
+                    match cluster.evict_pod(&key).await {
+                        Ok(()) => {
+                            for i in blocking {
+                                allowed[i].1 -= 1;
+                            }
+                            status.evicted.push(key);
+                        }
+                        Err(e) if e.is_not_found() => {}
+                        Err(e) if e.kind == ApiErrorKind::TooManyRequests => {
+                            status
+                                .waiting
+                                .push((key, "the eviction API refused: a PodDisruptionBudget allows no more".into()));
+                        }
+                        Err(e) => status.waiting.push((key, e.to_string())),
+                    }
+                }
+            }
+        }
+        status
+    }
 }
 
 #[cfg(test)]

@@ -346,7 +346,7 @@ impl Lifecycle {
             return Ok(Next::Done);
         };
         if base.metadata.deletion_timestamp.is_some() {
-            return self.finalize(cluster, &snapshot, NodeClaim::clone(&base), now).await;
+            return self.finalize(cluster, snapshot, NodeClaim::clone(&base), now).await;
         }
         // A claim no registered provider serves is marked (NodeClassReady=False, an event) and looked at
         // again later, in case its provider appears.
@@ -608,7 +608,7 @@ impl Lifecycle {
     async fn finalize(
         &mut self,
         cluster: &dyn Cluster,
-        snapshot: &Snapshot,
+        mut snapshot: Snapshot,
         mut claim: NodeClaim,
         now: Timestamp,
     ) -> Result<Next, LifecycleError> {
@@ -623,7 +623,8 @@ impl Lifecycle {
         }
         if let Some(pid) = claim.provider_id().map(str::to_owned) {
             // Drain the node first, unless it is NotReady and its instance is already gone.
-            if let Some(node) = self.by_provider_id.nodes(snapshot, &pid).first() {
+            if let Some(node) = self.by_provider_id.nodes(&snapshot, &pid).first().map(|n| Arc::clone(n)) {
+                let node = &*node;
                 let gone = !node_ready(node) && provider.get(&pid).await.is_err_and(|e| e.is_not_found());
                 if !gone {
                     if !node_has_taint(node, labels::DISRUPTED_TAINT) {
@@ -636,14 +637,24 @@ impl Lifecycle {
                     let deadline = claim.termination_deadline();
                     let name = node.metadata.name.clone().unwrap_or_default();
                     // Read once for the drain and the volumes.
-                    let on_node = self.pods_by_node.pods_on(snapshot, &name);
-                    let drained = crate::termination::drain_pods(cluster, snapshot, &on_node, deadline, now).await;
+                    let on_node: Vec<Arc<Pod>> =
+                        self.pods_by_node.pods_on(&snapshot, &name).into_iter().cloned().collect();
+                    let plan = crate::termination::DrainPlan::new(
+                        &snapshot,
+                        &on_node.iter().collect::<Vec<_>>(),
+                        deadline,
+                        now,
+                    );
+                    // The rest reads no pod of the snapshot: let go of its pod map before the evictions, as the
+                    // in-memory API server copies a pod map a snapshot still shares.
+                    snapshot.pods = Arc::default();
+                    let drained = plan.run(cluster).await;
                     if !drained.done {
                         return Ok(Next::After(Duration::from_secs(1)));
                     }
                     // The drained pods' volumes detach before the instance goes, unless the grace period is
                     // over.
-                    let attached = snapshot.pending_volume_attachments_with(&name, on_node, now);
+                    let attached = snapshot.pending_volume_attachments_with(&name, &on_node, now);
                     if !attached.is_empty() && deadline.is_none_or(|d| now < d) {
                         tracing::debug!(node = %name, ?attached, "waiting for volumes to detach");
                         return Ok(Next::After(Duration::from_secs(1)));
@@ -655,7 +666,7 @@ impl Lifecycle {
                 Err(e) if e.is_not_found() => {}
                 Err(source) => return Err(LifecycleError::Provider { claim: claim.name().to_owned(), source }),
             }
-            for n in self.by_provider_id.nodes(snapshot, &pid) {
+            for n in self.by_provider_id.nodes(&snapshot, &pid) {
                 remove_node(cluster, n).await?;
             }
         }

@@ -808,8 +808,9 @@ impl Runtime {
     }
 
     async fn reconcile_claims(&mut self, cluster: &dyn Cluster, now: Timestamp) {
-        let snapshot = cluster.snapshot();
-        self.notice_changes(&snapshot, now);
+        // Not held past this: a claim's termination evicts pods, and the in-memory API server copies a pod map
+        // a snapshot still shares.
+        self.notice_changes(&cluster.snapshot(), now);
         let mut ready: Vec<String> = self.due.iter().filter(|(_, at)| **at <= now).map(|(n, _)| n.clone()).collect();
         ready.sort_unstable();
         for name in ready {
