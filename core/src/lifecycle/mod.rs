@@ -242,22 +242,27 @@ fn since_condition(claim: &NodeClaim, type_: &str) -> Option<Timestamp> {
     claim.condition(type_).filter(|c| c.status == ConditionStatus::True).and_then(|c| c.last_transition_time)
 }
 
-/// The claim as last written, and the copy being changed.
+/// The claim as last written, and the version being changed: the same object until the first change
+/// ([`Working::claim_mut`]) copies it, so that a reconcile that changes nothing copies nothing.
 struct Working {
     base: Arc<NodeClaim>,
-    claim: NodeClaim,
+    claim: Arc<NodeClaim>,
 }
 
 impl Working {
     fn new(base: Arc<NodeClaim>) -> Self {
-        let claim = NodeClaim::clone(&base);
-        Self { base, claim }
+        Self { claim: Arc::clone(&base), base }
+    }
+
+    /// The claim, to change.
+    fn claim_mut(&mut self) -> &mut NodeClaim {
+        Arc::make_mut(&mut self.claim)
     }
 
     /// Writes what changed since the last save.
     async fn save(&mut self, cluster: &dyn Cluster) -> Result<(), ApiError> {
         let written = persist_claim(cluster, &self.base, &self.claim).await?;
-        self.claim = NodeClaim::clone(&written);
+        self.claim = Arc::clone(&written);
         self.base = written;
         Ok(())
     }
@@ -359,8 +364,8 @@ impl Lifecycle {
         };
         let mut w = Working::new(base);
         // The termination finalizer first: without it a deleted claim would vanish before its instance.
-        let finalizers = w.claim.metadata.finalizers.get_or_insert_with(Vec::new);
-        if !finalizers.iter().any(|f| f == labels::TERMINATION_FINALIZER) {
+        if !w.claim.metadata.finalizers.iter().flatten().any(|f| f == labels::TERMINATION_FINALIZER) {
+            let finalizers = w.claim_mut().metadata.finalizers.get_or_insert_with(Vec::new);
             finalizers.push(labels::TERMINATION_FINALIZER.into());
             w.save(cluster).await?;
         }
@@ -411,7 +416,7 @@ impl Lifecycle {
             match result {
                 Ok(instance) => {
                     self.launched.insert(uid, instance.clone());
-                    record_launch(&mut w.claim, &instance, now);
+                    record_launch(w.claim_mut(), &instance, now);
                     w.save(cluster).await?;
                 }
                 Err(CloudError::InsufficientCapacity { offerings, message }) => {
@@ -433,7 +438,7 @@ impl Lifecycle {
                 }
                 Err(CloudError::LaunchDeferred { retry_after, reason }) => {
                     self.counters.launch_deferrals += 1;
-                    w.claim.set_condition(
+                    w.claim_mut().set_condition(
                         condition_types::LAUNCHED,
                         ConditionStatus::Unknown,
                         "LaunchDeferred",
@@ -447,7 +452,13 @@ impl Lifecycle {
                 }
                 Err(CloudError::Create { reason, message }) => {
                     self.counters.launch_failures += 1;
-                    w.claim.set_condition(condition_types::LAUNCHED, ConditionStatus::Unknown, &reason, &message, now);
+                    w.claim_mut().set_condition(
+                        condition_types::LAUNCHED,
+                        ConditionStatus::Unknown,
+                        &reason,
+                        &message,
+                        now,
+                    );
                     cluster.publish(ClusterEvent::claim(name, EventType::Warning, "FailedLaunch", message)).await;
                     w.save(cluster).await?;
                     return Ok(Next::After(self.create_backoff(age)));
@@ -455,7 +466,7 @@ impl Lifecycle {
                 Err(e) => {
                     self.counters.launch_failures += 1;
                     let message: String = e.to_string().chars().take(300).collect();
-                    w.claim.set_condition(
+                    w.claim_mut().set_condition(
                         condition_types::LAUNCHED,
                         ConditionStatus::Unknown,
                         "LaunchFailed",
@@ -475,7 +486,13 @@ impl Lifecycle {
             && expires <= now
             && !w.claim.is_true(condition_types::DRIFTED)
         {
-            w.claim.set_condition(condition_types::DRIFTED, ConditionStatus::True, ON_DEMAND_LEASE_EXPIRED, "", now);
+            w.claim_mut().set_condition(
+                condition_types::DRIFTED,
+                ConditionStatus::True,
+                ON_DEMAND_LEASE_EXPIRED,
+                "",
+                now,
+            );
             w.save(cluster).await?;
         }
 
@@ -485,9 +502,15 @@ impl Lifecycle {
             let nodes = self.by_provider_id.nodes(&snapshot, &pid);
             match nodes.as_slice() {
                 [node] => {
-                    let node = register(&mut w.claim, Node::clone(node));
+                    let node = register(w.claim_mut(), Node::clone(node));
                     cluster.patch_node(&node).await?;
-                    w.claim.set_condition(condition_types::REGISTERED, ConditionStatus::True, "Registered", "", now);
+                    w.claim_mut().set_condition(
+                        condition_types::REGISTERED,
+                        ConditionStatus::True,
+                        "Registered",
+                        "",
+                        now,
+                    );
                     w.save(cluster).await?;
                 }
                 [] => {
@@ -496,7 +519,7 @@ impl Lifecycle {
                         self.counters.registration_timeouts += 1;
                         return self.delete(cluster, &mut w, "registration_timeout").await;
                     }
-                    w.claim.set_condition(
+                    w.claim_mut().set_condition(
                         condition_types::REGISTERED,
                         ConditionStatus::Unknown,
                         "NodeNotFound",
@@ -507,7 +530,7 @@ impl Lifecycle {
                     return Ok(Next::After(timeout - age));
                 }
                 _ => {
-                    w.claim.set_condition(
+                    w.claim_mut().set_condition(
                         condition_types::REGISTERED,
                         ConditionStatus::False,
                         "MultipleNodesFound",
@@ -538,7 +561,13 @@ impl Lifecycle {
                             .insert(labels::INITIALIZED.into(), "true".into());
                         cluster.patch_node(&n).await?;
                     }
-                    w.claim.set_condition(condition_types::INITIALIZED, ConditionStatus::True, "Initialized", "", now);
+                    w.claim_mut().set_condition(
+                        condition_types::INITIALIZED,
+                        ConditionStatus::True,
+                        "Initialized",
+                        "",
+                        now,
+                    );
                     w.save(cluster).await?;
                 }
                 blocker => {
@@ -555,7 +584,7 @@ impl Lifecycle {
                         }
                         next = next.min(limit - waited);
                     }
-                    w.claim.set_condition(
+                    w.claim_mut().set_condition(
                         condition_types::INITIALIZED,
                         ConditionStatus::Unknown,
                         "NotInitialized",
@@ -598,7 +627,7 @@ impl Lifecycle {
         self.drift_checked.insert(w.claim.name().to_owned(), now);
         if let Ok(Some(reason)) = provider.is_drifted(&w.claim).await {
             tracing::info!(claim = w.claim.name(), reason = %reason, "provider reports drift");
-            w.claim.set_condition(condition_types::DRIFTED, ConditionStatus::True, &reason.0, "", now);
+            w.claim_mut().set_condition(condition_types::DRIFTED, ConditionStatus::True, &reason.0, "", now);
             w.save(cluster).await?;
             return Ok(wake.map_or(Next::Done, Next::After));
         }
@@ -914,7 +943,7 @@ impl Lifecycle {
         }
         tracing::warn!(claim = claim.name(), error = %message, "no provider serves the claim; skipped");
         let mut w = Working::new(claim.clone());
-        w.claim.set_condition(
+        w.claim_mut().set_condition(
             condition_types::NODE_CLASS_READY,
             ConditionStatus::False,
             "NodeClassNotFound",
