@@ -96,6 +96,8 @@ pub struct Sim {
     rebooted: HashMap<String, Timestamp>,
     /// Each DaemonSet's pod as the scheduler sees it, in the order of the API's DaemonSets.
     daemon_pods: Vec<DaemonPod>,
+    /// What the DaemonSet controller last ran over ([`Sim::run_daemons`]).
+    daemons_ran_over: Option<DaemonInputs>,
     /// Each node's allocatable as its kubelet reports it, read once per node object.
     reported: ObjectMemo<Node, Option<crate::resources::Resources>>,
     /// Claim names handed out so far (shared by every runtime, so a restart never reuses one).
@@ -130,6 +132,7 @@ impl Sim {
             events: Vec::new(),
             rebooted: HashMap::new(),
             daemon_pods: Vec::new(),
+            daemons_ran_over: None,
             reported: ObjectMemo::default(),
             names,
             unavailable,
@@ -344,6 +347,11 @@ impl Sim {
         if api.daemon_sets.is_empty() {
             return;
         }
+        // The same nodes, claims and DaemonSets, and no pod removed: every daemon pod still has its node,
+        // and each node runs all it did, which was all it could.
+        if self.daemons_ran_over.as_ref().is_some_and(|last| last.are(&api)) {
+            return;
+        }
         let nodes = api.nodes.clone();
         api.retain_pods(|p| {
             let daemon = crate::cluster::owned_by_daemon_set(p);
@@ -412,6 +420,7 @@ impl Sim {
                 api.put_pod(pod);
             }
         }
+        self.daemons_ran_over = Some(DaemonInputs::of(&api));
     }
 
     /// A digest of what kube-scheduler decides on: pods and where they run, nodes with their taints,
@@ -525,6 +534,35 @@ impl Sim {
             .filter(|(_, p)| p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_none())
             .map(|(k, _)| k.clone())
             .collect()
+    }
+}
+
+/// What the simulated DaemonSet controller read: the API's nodes, claims and DaemonSets (held weakly, see
+/// [`unchanged_since`](crate::cluster::unchanged_since)) and its count of pod removals. Only the
+/// controller adds daemon pods, so while these are the same it has nothing to do.
+struct DaemonInputs {
+    nodes: std::sync::Weak<BTreeMap<String, Arc<k8s_openapi::api::core::v1::Node>>>,
+    claims: std::sync::Weak<BTreeMap<String, Arc<NodeClaim>>>,
+    daemon_sets: std::sync::Weak<Vec<DaemonSet>>,
+    pod_removals: u64,
+}
+
+impl DaemonInputs {
+    fn of(api: &crate::cluster::memory::Objects) -> Self {
+        Self {
+            nodes: Arc::downgrade(&api.nodes),
+            claims: Arc::downgrade(&api.claims),
+            daemon_sets: Arc::downgrade(&api.daemon_sets),
+            pod_removals: api.pod_removals(),
+        }
+    }
+
+    fn are(&self, api: &crate::cluster::memory::Objects) -> bool {
+        use crate::cluster::unchanged_since;
+        unchanged_since(&self.nodes, &api.nodes)
+            && unchanged_since(&self.claims, &api.claims)
+            && unchanged_since(&self.daemon_sets, &api.daemon_sets)
+            && self.pod_removals == api.pod_removals()
     }
 }
 

@@ -458,6 +458,12 @@ async fn daemon_sets_run_where_they_fit_and_provisioning_leaves_room_for_them() 
     assert!(sim.pending().is_empty(), "the workload pods fit beside the agents: {:?}", sim.pending());
     assert_eq!(on(&sim, "default/agent-"), sim.api.lock().nodes.len(), "one agent per node");
     assert_eq!(on(&sim, "default/nowhere-"), 0);
+    // An agent deleted from a node that stays is recreated at the next step, though no node, claim or
+    // DaemonSet changed.
+    let agent = sim.api.lock().pods.keys().find(|k| k.starts_with("default/agent-")).cloned().unwrap();
+    assert!(sim.api.lock().remove_pod(&agent).is_some());
+    sim.run(STEP, STEP).await;
+    assert!(sim.api.lock().pods.contains_key(&agent), "{agent} is back");
     // A node's agent goes with it.
     for i in 0..6 {
         sim.remove_pod(&format!("default/p{i:02}"));
