@@ -101,6 +101,8 @@ pub struct Objects {
     version: u64,
     /// Writes that removed pods ([`Objects::pod_removals`]).
     pod_removals: u64,
+    /// Writes that removed nodes ([`Objects::node_removals`]).
+    node_removals: u64,
     faults: HashMap<Write, VecDeque<Fault>>,
     object_faults: HashMap<String, ApiErrorKind>,
     /// Writes left before every write fails (the process writing is dead).
@@ -210,7 +212,17 @@ impl Objects {
 
     /// Removes a node at once, finalizers and all.
     pub fn remove_node(&mut self, name: &str) -> Option<Arc<Node>> {
-        remove_entry(&mut self.current.nodes, name)
+        let removed = remove_entry(&mut self.current.nodes, name);
+        if removed.is_some() {
+            self.node_removals += 1;
+        }
+        removed
+    }
+
+    /// How many times nodes were removed so far: while it stays the same, every node name present stays
+    /// present.
+    pub fn node_removals(&self) -> u64 {
+        self.node_removals
     }
 
     /// Creates or replaces a claim directly, as a test or another controller would.
@@ -452,6 +464,7 @@ impl Objects {
             n.metadata.deletion_timestamp.is_some() && n.metadata.finalizers.as_ref().is_none_or(Vec::is_empty);
         let n = Arc::new(n);
         if released {
+            self.node_removals += 1;
             Arc::make_mut(&mut self.current.nodes).remove(&name);
             self.log.push(format!("removed node {name}"));
         } else {
@@ -465,6 +478,7 @@ impl Objects {
         let lost = self.admit(Write::DeleteNode, &object, name)?;
         let Some(current) = self.nodes.get(name) else { return Err(ApiError::not_found(object)) };
         if current.metadata.finalizers.as_ref().is_none_or(Vec::is_empty) {
+            self.node_removals += 1;
             Arc::make_mut(&mut self.current.nodes).remove(name);
             self.log.push(format!("removed node {name}"));
         } else if current.metadata.deletion_timestamp.is_none() {

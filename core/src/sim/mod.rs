@@ -98,6 +98,10 @@ pub struct Sim {
     daemon_pods: Vec<DaemonPod>,
     /// What the DaemonSet controller last ran over ([`Sim::run_daemons`]).
     daemons_ran_over: Option<DaemonInputs>,
+    /// The API's count of node removals when the DaemonSet controller last removed the daemon pods of
+    /// nodes gone: while it stays the same, every daemon pod's node is there (the controller creates them on
+    /// nodes, and a daemon pod added otherwise clears this).
+    daemons_kept_at: Option<u64>,
     /// Each node's allocatable as its kubelet reports it, read once per node object.
     reported: ObjectMemo<Node, Option<crate::resources::Resources>>,
     /// Claim names handed out so far (shared by every runtime, so a restart never reuses one).
@@ -133,6 +137,7 @@ impl Sim {
             rebooted: HashMap::new(),
             daemon_pods: Vec::new(),
             daemons_ran_over: None,
+            daemons_kept_at: None,
             reported: ObjectMemo::default(),
             names,
             unavailable,
@@ -176,6 +181,10 @@ impl Sim {
     /// Adds a pod kept alive by a workload controller.
     pub fn add_pod(&mut self, pod: Pod) {
         let key = pod_key(&pod);
+        if crate::cluster::owned_by_daemon_set(&pod) {
+            // Its node may be gone: the DaemonSet controller looks again.
+            self.daemons_kept_at = None;
+        }
         self.desired.insert(key, pod.clone());
         self.api.lock().put_pod(pod);
     }
@@ -353,11 +362,14 @@ impl Sim {
             return;
         }
         let nodes = api.nodes.clone();
-        api.retain_pods(|p| {
-            let daemon = crate::cluster::owned_by_daemon_set(p);
-            let node = p.spec.as_ref().and_then(|s| s.node_name.as_ref());
-            !daemon || node.is_some_and(|n| nodes.contains_key(n))
-        });
+        if self.daemons_kept_at != Some(api.node_removals()) {
+            api.retain_pods(|p| {
+                let daemon = crate::cluster::owned_by_daemon_set(p);
+                let node = p.spec.as_ref().and_then(|s| s.node_name.as_ref());
+                !daemon || node.is_some_and(|n| nodes.contains_key(n))
+            });
+            self.daemons_kept_at = Some(api.node_removals());
+        }
         let claims = api.claims.clone();
         let daemon_sets = api.daemon_sets.clone();
         for (name, node) in nodes.iter() {
