@@ -1212,7 +1212,10 @@ impl ClusterState {
         let mut state = ClusterState { pdbs: pdbs.to_vec(), pools: pools.to_vec(), ..Default::default() };
         let nodes: Vec<N> = nodes.into_iter().collect();
         let claims: Vec<C> = claims.into_iter().collect();
+        // One per NodeClaim or per Node, whichever are more, but for unmanaged nodes and claims booting.
+        state.nodes.reserve(nodes.len().max(claims.len()));
         let mut by_name: FxHashMap<String, usize> = FxHashMap::default();
+        by_name.reserve(nodes.len().max(claims.len()));
         let node_by_pid: FxHashMap<&str, &str> = nodes
             .iter()
             .map(ObjectRef::object)
