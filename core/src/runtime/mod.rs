@@ -27,7 +27,7 @@
 //! `karpenter.sh/disrupted`, claims with a `DisruptionReason`, with no live command) are rolled back,
 //! as Karpenter does, before the first pass.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -761,35 +761,35 @@ impl Runtime {
     /// Schedules every claim that changed, or whose node changed, since the last step.
     fn notice_changes(&mut self, snapshot: &Snapshot, now: Timestamp) {
         let last = self.last.take();
-        let (last_claims, last_nodes) = match &last {
-            Some(l) => (Some(&l.claims), Some(&l.nodes)),
-            None => (None, None),
-        };
-        if last_claims.is_none_or(|l| !Arc::ptr_eq(l, &snapshot.claims)) {
-            for (name, claim) in snapshot.claims.iter() {
-                let same = last_claims.and_then(|l| l.get(name)).is_some_and(|old| Arc::ptr_eq(old, claim));
-                if !same {
+        match &last {
+            Some(l) if Arc::ptr_eq(&l.claims, &snapshot.claims) => {}
+            Some(l) => {
+                let (due, failures) = (&mut self.due, &mut self.failures);
+                walk_changes(&l.claims, &snapshot.claims, |name, _, gone| {
+                    if gone {
+                        due.remove(name);
+                        failures.remove(name);
+                    } else {
+                        due.insert(name.to_owned(), now);
+                    }
+                });
+            }
+            None => {
+                for name in snapshot.claims.keys() {
                     self.due.insert(name.clone(), now);
                 }
+                self.due.retain(|name, _| snapshot.claims.contains_key(name));
+                self.failures.retain(|name, _| snapshot.claims.contains_key(name));
             }
         }
-        if let Some(old) = last_nodes
+        if let Some(old) = last.as_ref().map(|l| &l.nodes)
             && !Arc::ptr_eq(old, &snapshot.nodes)
         {
-            let mut touched: Vec<Option<String>> = Vec::new();
-            for (name, node) in snapshot.nodes.iter() {
-                if old.get(name).is_none_or(|o| !Arc::ptr_eq(o, node)) {
-                    touched.push(node_provider_id(node).map(str::to_owned));
-                    touched.push(Some(name.clone()));
-                }
-            }
-            for (name, node) in old.iter() {
-                if !snapshot.nodes.contains_key(name) {
-                    touched.push(node_provider_id(node).map(str::to_owned));
-                    touched.push(Some(name.clone()));
-                }
-            }
-            let touched: HashSet<String> = touched.into_iter().flatten().collect();
+            let mut touched: HashSet<String> = HashSet::new();
+            walk_changes(old, &snapshot.nodes, |name, node, _| {
+                touched.extend(node_provider_id(node).map(str::to_owned));
+                touched.insert(name.to_owned());
+            });
             if !touched.is_empty() {
                 for (name, claim) in snapshot.claims.iter() {
                     let by_pid = claim.provider_id().is_some_and(|p| touched.contains(p));
@@ -801,8 +801,6 @@ impl Runtime {
                 }
             }
         }
-        self.due.retain(|name, _| snapshot.claims.contains_key(name));
-        self.failures.retain(|name, _| snapshot.claims.contains_key(name));
         self.last =
             Some(Snapshot { claims: snapshot.claims.clone(), nodes: snapshot.nodes.clone(), ..Default::default() });
     }
@@ -991,6 +989,47 @@ impl Runtime {
 }
 
 /// The decisions' view of `types`, read per pool: a pool with none read has none.
+/// Walks `new` beside `old` in key order and calls `f(key, value, gone)` for each key of `new` whose value
+/// is not the very object `old` holds there (`gone` false; new keys included) and each key of `old` that
+/// `new` no longer has (`gone` true, with its old value). Unchanged entries cost a pointer comparison.
+fn walk_changes<'a, V>(
+    old: &'a BTreeMap<String, Arc<V>>,
+    new: &'a BTreeMap<String, Arc<V>>,
+    mut f: impl FnMut(&'a str, &'a Arc<V>, bool),
+) {
+    let mut old = old.iter().peekable();
+    for (key, value) in new {
+        loop {
+            let Some((old_key, old_value)) = old.peek() else {
+                f(key, value, false);
+                break;
+            };
+            if Arc::ptr_eq(old_value, value) {
+                old.next();
+                break;
+            }
+            match old_key.as_str().cmp(key.as_str()) {
+                std::cmp::Ordering::Less => {
+                    f(old_key, old_value, true);
+                    old.next();
+                }
+                std::cmp::Ordering::Equal => {
+                    f(key, value, false);
+                    old.next();
+                    break;
+                }
+                std::cmp::Ordering::Greater => {
+                    f(key, value, false);
+                    break;
+                }
+            }
+        }
+    }
+    for (old_key, old_value) in old {
+        f(old_key, old_value, true);
+    }
+}
+
 fn types_of(types: HashMap<String, Arc<[InstanceType]>>) -> impl Fn(&NodePool) -> Arc<[InstanceType]> {
     move |p| types.get(p.name()).cloned().unwrap_or_else(|| Arc::new([]))
 }
@@ -1044,6 +1083,39 @@ mod tests {
     use crate::clock::Clock;
     use crate::cloud::fake::FakeCloud;
     use crate::cluster::InMemoryApi;
+
+    proptest::proptest! {
+        /// Walking two maps beside each other finds what looking every key up finds: the keys whose object
+        /// changed or is new, and the keys gone (with their old object).
+        #[test]
+        fn walking_two_maps_finds_what_looking_every_key_up_finds(
+            old in proptest::collection::btree_map(0u8..40, 0u32..4, 0..30),
+            edits in proptest::collection::vec((0u8..40, 0u8..3), 0..30),
+        ) {
+            let old: BTreeMap<String, Arc<u32>> = old.into_iter().map(|(k, v)| (format!("k{k:02}"), Arc::new(v))).collect();
+            let mut new = old.clone();
+            for (k, what) in edits {
+                let key = format!("k{k:02}");
+                match what {
+                    0 => { new.remove(&key); }
+                    // The same value in a new object counts as changed.
+                    1 => { let v = new.get(&key).map_or(9, |v| **v); new.insert(key, Arc::new(v)); }
+                    _ => {}
+                }
+            }
+            let mut expected: Vec<(String, u32, bool)> = new
+                .iter()
+                .filter(|(k, v)| old.get(*k).is_none_or(|o| !Arc::ptr_eq(o, v)))
+                .map(|(k, v)| (k.clone(), **v, false))
+                .chain(old.iter().filter(|(k, _)| !new.contains_key(*k)).map(|(k, v)| (k.clone(), **v, true)))
+                .collect();
+            expected.sort();
+            let mut walked = Vec::new();
+            walk_changes(&old, &new, |k, v, gone| walked.push((k.to_owned(), **v, gone)));
+            walked.sort();
+            proptest::prop_assert_eq!(walked, expected);
+        }
+    }
 
     /// `silenced` answers what `admit` would, and records nothing: disruption passes ask it which nodes'
     /// reasons will go unread.
