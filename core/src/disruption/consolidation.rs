@@ -182,8 +182,9 @@ struct Registered {
 }
 
 impl Registered {
-    /// `scheduler` with none of the pass's `pods` pods registered yet, borrowed by each simulation in turn.
-    fn new(scheduler: Scheduler, pods: usize) -> RefCell<Self> {
+    /// `scheduler` with none of the pass's `pods` pods registered yet, in a cell each simulation borrows in
+    /// turn.
+    fn cell(scheduler: Scheduler, pods: usize) -> RefCell<Self> {
         RefCell::new(Self { scheduler, groups: vec![None; pods] })
     }
 
@@ -367,8 +368,8 @@ impl<'a> Simulator<'a> {
             let room = settled.total_node_room().add(&settled.most_claim_room());
             let pods = state.pods.len();
             Bases {
-                base: Registered::new(base, pods),
-                settled: Registered::new(settled, pods),
+                base: Registered::cell(base, pods),
+                settled: Registered::cell(settled, pods),
                 claims_stay_spot_capable,
                 repacks_claims,
                 room,

@@ -101,7 +101,7 @@ pub struct Sim {
     /// The API's count of node removals when the DaemonSet controller last removed the daemon pods of
     /// nodes gone: while it stays the same, every daemon pod's node is there (the controller creates them on
     /// nodes, and a daemon pod added otherwise clears this).
-    daemons_kept_at: Option<u64>,
+    orphaned_daemons_checked_at: Option<u64>,
     /// Each node's allocatable as its kubelet reports it, read once per node object.
     reported: ObjectMemo<Node, Option<crate::resources::Resources>>,
     /// Claim names handed out so far (shared by every runtime, so a restart never reuses one).
@@ -137,7 +137,7 @@ impl Sim {
             rebooted: HashMap::new(),
             daemon_pods: Vec::new(),
             daemons_ran_over: None,
-            daemons_kept_at: None,
+            orphaned_daemons_checked_at: None,
             reported: ObjectMemo::default(),
             names,
             unavailable,
@@ -183,7 +183,7 @@ impl Sim {
         let key = pod_key(&pod);
         if crate::cluster::owned_by_daemon_set(&pod) {
             // Its node may be gone: the DaemonSet controller looks again.
-            self.daemons_kept_at = None;
+            self.orphaned_daemons_checked_at = None;
         }
         self.desired.insert(key, pod.clone());
         self.api.lock().put_pod(pod);
@@ -358,17 +358,17 @@ impl Sim {
         }
         // The same nodes, claims and DaemonSets, and no pod removed: every daemon pod still has its node,
         // and each node runs all it did, which was all it could.
-        if self.daemons_ran_over.as_ref().is_some_and(|last| last.are(&api)) {
+        if self.daemons_ran_over.as_ref().is_some_and(|last| last.unchanged_in(&api)) {
             return;
         }
         let nodes = api.nodes.clone();
-        if self.daemons_kept_at != Some(api.node_removals()) {
+        if self.orphaned_daemons_checked_at != Some(api.node_removals()) {
             api.retain_pods(|p| {
                 let daemon = crate::cluster::owned_by_daemon_set(p);
                 let node = p.spec.as_ref().and_then(|s| s.node_name.as_ref());
                 !daemon || node.is_some_and(|n| nodes.contains_key(n))
             });
-            self.daemons_kept_at = Some(api.node_removals());
+            self.orphaned_daemons_checked_at = Some(api.node_removals());
         }
         let claims = api.claims.clone();
         let daemon_sets = api.daemon_sets.clone();
@@ -569,7 +569,8 @@ impl DaemonInputs {
         }
     }
 
-    fn are(&self, api: &crate::cluster::memory::Objects) -> bool {
+    /// Whether `api` still holds these nodes, claims and DaemonSets, and removed no pod since.
+    fn unchanged_in(&self, api: &crate::cluster::memory::Objects) -> bool {
         use crate::cluster::unchanged_since;
         unchanged_since(&self.nodes, &api.nodes)
             && unchanged_since(&self.claims, &api.claims)
